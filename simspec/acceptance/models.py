@@ -1,0 +1,125 @@
+"""From what users know about acceptance to P(k drafts accepted in one verify step), k = 0..max_drafts.
+
+Accept length counts the bonus token, as SGLang does: accept_length = 1 + E[k].
+- accept_length: a chain with one constant conditional rate a per position, solved so that
+  1 + sum_{i=1..m} a^i equals the given mean (m = the deepest draft the setup can accept).
+- chain_rates: conditional rates a_i = P(draft i accepted | drafts < i accepted); E[k] = sum_i prod_{j<=i} a_j.
+- cumulative_rates: marginal c_i = P(draft i accepted), as papers publish them; a_i = c_i / c_{i-1}.
+- positional_rates (EAGLE trees): p_r = P(the target's next token is the draft's rank-r candidate). The
+  tree keeps the num_draft_tokens - 1 nodes of highest path probability (prod of p_r along the path), at
+  most num_steps deep with topk children per node, as EAGLE's score-based selection does; the target then
+  walks down while its token is among the kept children. A wider tree accepts more at the cost of verifying
+  more tokens.
+- histogram: SGLang's spec_accept_histogram (verify steps that accepted k drafts), normalised.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import brentq
+
+from simspec.scenario.schema import Acceptance
+
+
+@dataclass(frozen=True)
+class AcceptanceDistribution:
+    probabilities: np.ndarray  # P(k accepted drafts), k = 0..len-1
+
+    @property
+    def mean_accept_length(self) -> float:
+        return 1.0 + float(np.dot(np.arange(len(self.probabilities)), self.probabilities))
+
+    @property
+    def max_drafts(self) -> int:
+        return len(self.probabilities) - 1
+
+
+def chain_distribution(conditional: list[float] | np.ndarray) -> np.ndarray:
+    """P(k) for a chain: reach depth k with prod a_1..a_k, stop there with 1 - a_{k+1}."""
+    a = np.asarray(conditional, dtype=float)
+    reach = np.concatenate([[1.0], np.cumprod(a)])  # P(accepted >= k)
+    stop = np.concatenate([1.0 - a, [1.0]])
+    return reach * stop
+
+
+def constant_rate_for(accept_length: float, depth: int) -> float:
+    """The constant conditional rate a with 1 + sum_{i=1..depth} a^i = accept_length."""
+    target = accept_length - 1.0
+    if target <= 0 or depth == 0:
+        return 0.0
+    if target >= depth - 1e-12:
+        return 1.0
+    return float(brentq(lambda a: sum(a ** i for i in range(1, depth + 1)) - target, 0.0, 1.0, xtol=1e-14))
+
+
+def cumulative_to_conditional(cumulative: list[float]) -> list[float]:
+    out, prev = [], 1.0
+    for c in cumulative:
+        out.append(0.0 if prev <= 0 else min(1.0, c / prev))
+        prev = c
+    return out
+
+
+def tree_distribution(positional: list[float], num_steps: int, topk: int, num_nodes: int) -> np.ndarray:
+    """P(k accepted) for the best `num_nodes`-node tree (root excluded) built from positional rates."""
+    p = list(positional[:topk]) + [0.0] * max(0, topk - len(positional))
+    # best-first selection of nodes by path probability (a node's value never exceeds its parent's,
+    # so the kept set is always a connected tree)
+    kept: dict[tuple[int, ...], float] = {}
+    heap: list[tuple[float, tuple[int, ...]]] = [(-p[r], (r,)) for r in range(topk)]
+    heapq.heapify(heap)
+    while heap and len(kept) < num_nodes:
+        negv, path = heapq.heappop(heap)
+        kept[path] = -negv
+        if len(path) < num_steps:
+            for r in range(topk):
+                heapq.heappush(heap, (negv * p[r], path + (r,)))
+    # P(the walk ends at depth d): reach a kept node at depth d, then miss all of its kept children
+    probs = np.zeros(num_steps + 1)
+    probs[0] = 1.0 - sum(p[r] for r in range(topk) if (r,) in kept)
+    for path, value in kept.items():
+        children = sum(p[r] for r in range(topk) if path + (r,) in kept)
+        probs[len(path)] += value * (1.0 - children)
+    return np.clip(probs, 0.0, None) / max(probs.sum(), 1e-300)
+
+
+def acceptance_distribution(acc: Acceptance, *, max_drafts: int, num_steps: int = 0, topk: int = 1,
+                            num_draft_tokens: int = 0) -> AcceptanceDistribution:
+    """The distribution for a validated acceptance section and a resolved speculative setup."""
+    if acc.accept_length is not None:
+        a = constant_rate_for(acc.accept_length, max_drafts)
+        probs = chain_distribution([a] * max_drafts)
+    elif acc.chain_rates is not None:
+        probs = chain_distribution(acc.chain_rates)
+    elif acc.cumulative_rates is not None:
+        probs = chain_distribution(cumulative_to_conditional(acc.cumulative_rates))
+    elif acc.positional_rates is not None:
+        probs = tree_distribution(acc.positional_rates, max(num_steps, 1), max(topk, 1), num_draft_tokens - 1)
+    else:
+        counts = np.asarray(acc.histogram, dtype=float)[: max_drafts + 1]
+        probs = counts / counts.sum()
+    return AcceptanceDistribution(np.asarray(probs, dtype=float))
+
+
+class AcceptanceSampler:
+    """Vectorised sampling of accepted drafts for a whole batch, drawing uniforms in blocks."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, dist: AcceptanceDistribution, rng: np.random.Generator):
+        self._cdf = np.cumsum(dist.probabilities)
+        self._cdf[-1] = 1.0
+        self._rng = rng
+        self._buf = rng.random(self.BLOCK)
+        self._pos = 0
+
+    def sample(self, n: int) -> np.ndarray:
+        if self._pos + n > len(self._buf):
+            self._buf = self._rng.random(max(self.BLOCK, n))
+            self._pos = 0
+        u = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return np.searchsorted(self._cdf, u, side="right")

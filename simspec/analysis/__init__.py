@@ -1,0 +1,1 @@
+"""Metrics computed from the engine's raw records, and their presentation."""

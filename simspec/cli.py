@@ -1,0 +1,91 @@
+"""The simspec command line: parses, calls, prints. Bad input exits with code 2 and one clear line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from simspec import __version__
+from simspec.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(err: InputError) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="simspec")
+def main() -> None:
+    """Predict what speculative decoding does on an LLM serving box, and why."""
+
+
+@main.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Change a scenario field, e.g. --set workload.arrival.concurrency=8 (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--sources", "show_sources", is_flag=True, help="Also list where every time-model figure came from.")
+def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_sources: bool) -> None:
+    """Predict tok/s, its breakdown and the no-speculation baseline for SCENARIO_FILE."""
+    from simspec.analysis.report import render
+    from simspec.predict import predict as run_predict
+    from simspec.scenario.loader import load_scenario
+
+    try:
+        rs = load_scenario(scenario_file, list(overrides))
+        result = run_predict(rs)
+    except InputError as err:
+        _fail(err)
+        return
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=_jsonable))
+        return
+    console = Console()
+    render(result, console)
+    if show_sources:
+        t = Table(title="sources", title_justify="left")
+        t.add_column("figure")
+        t.add_column("value and source")
+        for k, v in result["sources"].items():
+            t.add_row(k, v)
+        console.print(t)
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print every preset's figures as JSON.")
+def presets(as_json: bool) -> None:
+    """List the GPU, interconnect, model and drafter presets."""
+    from simspec import presets as p
+
+    cat = p.catalog()
+    if as_json:
+        click.echo(json.dumps({kind: {k: v.model_dump() for k, v in items.items()} for kind, items in cat.items()},
+                              indent=2))
+        return
+    console = Console()
+    for kind, items in cat.items():
+        t = Table(title=kind, title_justify="left")
+        t.add_column("name")
+        t.add_column("what")
+        t.add_column("source")
+        for name, preset in items.items():
+            t.add_row(name, preset.display_name, preset.source)
+        console.print(t)
+
+
+if __name__ == "__main__":
+    main()

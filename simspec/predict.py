@@ -1,0 +1,54 @@
+"""predict(resolved scenario) -> the full prediction: the setup, its no-speculation baseline and their
+comparison. Pure: the CLI formats and prints it."""
+
+from __future__ import annotations
+
+from simspec.analysis.metrics import compare, summarize
+from simspec.scenario.loader import ResolvedScenario
+from simspec.simulate import baseline_of, run
+
+
+def describe(rs: ResolvedScenario) -> dict:
+    sc = rs.scenario
+    out = {
+        "scenario": sc.name, "model": sc.model, "gpu": sc.hardware.gpu, "num_gpus": sc.hardware.num_gpus,
+        "interconnect": sc.hardware.interconnect, "tp": sc.server.tp, "algorithm": rs.algorithm,
+        "overlap_schedule": rs.overlap, "max_running_requests": rs.max_running_requests,
+        "kv_capacity_tokens": rs.kv_capacity_tokens, "seed": sc.seed,
+    }
+    if rs.speculative:
+        out |= {"num_draft_tokens": rs.num_draft_tokens}
+        if rs.algorithm != "ngram":
+            out |= {"num_steps": rs.num_steps, "topk": rs.topk}
+    if rs.profile is not None:
+        out["calibration_profile"] = rs.profile.name
+    return out
+
+
+def sources(rs: ResolvedScenario) -> dict[str, str]:
+    """Where every time-model figure came from."""
+    out = {name: f"{c.value:g} ({c.source})" for name, c in rs.coefficients.items()}
+    out["all_reduce"] = rs.all_reduce.source
+    out["gpu"] = rs.gpu.source
+    out["model"] = rs.model.source
+    if rs.drafter is not None:
+        out["drafter"] = rs.drafter.source
+    acc = rs.scenario.acceptance
+    if acc is not None:
+        out["acceptance"] = acc.source or "not stated in the scenario"
+    return out
+
+
+def predict(rs: ResolvedScenario) -> dict:
+    spec = summarize(run(rs))
+    result = {"setup": describe(rs)} | spec
+    if rs.speculative:
+        base = summarize(run(baseline_of(rs)))
+        result |= compare(spec, base)
+        result["baseline"] = base
+    else:
+        result |= {"baseline_tokens_per_s": spec["tokens_per_s"],
+                   "baseline_throughput_tokens_per_s": spec["throughput_tokens_per_s"],
+                   "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}
+    result["sources"] = sources(rs)
+    return result

@@ -1,0 +1,169 @@
+"""Hardware, interconnect, model and drafter presets: data files shipped in the package, validated on load.
+
+Each preset carries a `source` saying where its figures come from. Code never hard-codes these figures.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+WeightFormat = Literal["bf16", "fp8", "fp8-block128", "int4-g32"]
+
+
+class _Preset(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    display_name: str
+    source: str
+
+
+class GpuPreset(_Preset):
+    memory_gb: float = Field(gt=0)
+    memory_bandwidth_gbps: float = Field(gt=0)
+    bf16_tflops: float = Field(gt=0)
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    fp4_tflops: float | None = Field(default=None, gt=0)
+    links: Literal["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"]
+    tdp_w: float = Field(gt=0)
+    price_per_hour_usd: float = Field(gt=0)
+
+    def peak_tflops(self, compute: str) -> float:
+        """Dense tensor peak for a compute type; FP8 falls back to BF16 on GPUs without FP8 units."""
+        if compute == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+
+class InterconnectPreset(_Preset):
+    link: Literal["pcie", "nvlink"]
+    implementation: Literal["nccl", "custom"]
+    measured_gpus: int = Field(ge=2)
+    points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
+    bus_bandwidth_gbps: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_points(self) -> InterconnectPreset:
+        sizes = [s for s, _ in self.points_bytes_us]
+        if sizes != sorted(sizes) or any(t <= 0 or s <= 0 for s, t in self.points_bytes_us):
+            raise ValueError("points_bytes_us must be positive (bytes, us) pairs sorted by size")
+        return self
+
+
+class MlaAttention(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["mla"]
+    num_heads: int = Field(ge=1)
+    q_lora_rank: int = Field(ge=1)
+    kv_lora_rank: int = Field(ge=1)
+    qk_rope_head_dim: int = Field(ge=1)
+    qk_nope_head_dim: int = Field(ge=1)
+    v_head_dim: int = Field(ge=1)
+
+
+class GqaAttention(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["gqa"]
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+
+
+class ModelWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    attention: WeightFormat
+    dense_mlp: WeightFormat = "bf16"
+    shared_experts: WeightFormat = "bf16"
+    routed_experts: WeightFormat = "bf16"
+    embedding: WeightFormat
+    lm_head: WeightFormat
+
+
+class ModelPreset(_Preset):
+    num_layers: int = Field(ge=1)
+    num_dense_layers: int = Field(ge=0)
+    hidden_size: int = Field(ge=1)
+    dense_intermediate_size: int = Field(default=0, ge=0)
+    moe_intermediate_size: int = Field(default=0, ge=0)
+    num_routed_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    num_shared_experts: int = Field(default=0, ge=0)
+    attention: MlaAttention | GqaAttention = Field(discriminator="kind")
+    vocab_size: int = Field(ge=1)
+    tie_word_embeddings: bool
+    mtp_layers: int = Field(ge=0)
+    weights: ModelWeights
+    published_params_b: float = Field(gt=0)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelPreset:
+        if self.num_dense_layers > self.num_layers:
+            raise ValueError("num_dense_layers exceeds num_layers")
+        if self.num_moe_layers and not (self.num_routed_experts and self.experts_per_token
+                                        and self.moe_intermediate_size):
+            raise ValueError("MoE layers need num_routed_experts, experts_per_token, moe_intermediate_size")
+        if self.num_dense_layers and not self.dense_intermediate_size:
+            raise ValueError("dense layers need dense_intermediate_size")
+        return self
+
+
+class DrafterPreset(_Preset):
+    algorithm: Literal["eagle", "eagle3"]
+    target: str
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    draft_vocab_size: int = Field(ge=1)
+    fc_input_multiplier: int = Field(ge=1)
+    weights: WeightFormat
+
+
+class DefaultCoefficient(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float
+    unit: str
+    source: str
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@cache
+def gpus() -> dict[str, GpuPreset]:
+    return {k: GpuPreset(**v) for k, v in _load("gpus.yaml").items()}
+
+
+@cache
+def interconnects() -> dict[str, InterconnectPreset]:
+    return {k: InterconnectPreset(**v) for k, v in _load("interconnects.yaml").items()}
+
+
+@cache
+def models() -> dict[str, ModelPreset]:
+    return {k: ModelPreset(**v) for k, v in _load("models.yaml").items()}
+
+
+@cache
+def drafters() -> dict[str, DrafterPreset]:
+    return {k: DrafterPreset(**v) for k, v in _load("drafters.yaml").items()}
+
+
+@cache
+def default_coefficients() -> dict[str, DefaultCoefficient]:
+    return {k: DefaultCoefficient(**v) for k, v in _load("defaults.yaml").items()}
+
+
+def catalog() -> dict[str, dict[str, Any]]:
+    """Every preset by kind, for `simspec presets`."""
+    return {"gpus": gpus(), "interconnects": interconnects(), "models": models(), "drafters": drafters()}

@@ -1,0 +1,442 @@
+"""YAML -> validated Scenario -> ResolvedScenario (presets, profile and SGLang's own defaults filled in).
+
+Every problem becomes an InputError naming the file, the key path and what is allowed. Nothing here writes
+files or prints.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simspec import presets
+from simspec.errors import InputError
+from simspec.scenario.profile import CollectiveCurve, Profile
+from simspec.scenario.schema import EAGLE_FAMILY, Scenario
+
+#  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set (sglang.md,
+#  "Algorithms and flags"): (5, 4, 8) for Llama and Grok, (3, 1, 4) for DeepseekV3-style and most models.
+LLAMA_STYLE_AUTO = (5, 4, 8)
+DEFAULT_AUTO = (3, 1, 4)
+NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NGRAM (sglang.md)
+SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
+
+
+@dataclass(frozen=True, slots=True)
+class Coefficient:
+    value: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedScenario:
+    """A scenario with every preset looked up and every SGLang default applied."""
+
+    scenario: Scenario
+    path: str
+    gpu: presets.GpuPreset
+    model: presets.ModelPreset
+    interconnect: presets.InterconnectPreset
+    all_reduce: CollectiveCurve
+    drafter: presets.DrafterPreset | None
+    draft_model: presets.ModelPreset | None
+    profile: Profile | None
+    coefficients: dict[str, Coefficient]
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    overlap: bool
+    spec_v2: bool
+    max_running_requests: int
+    kv_capacity_tokens: int
+
+    @property
+    def algorithm(self) -> str:
+        return self.scenario.speculative.algorithm
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm != "none"
+
+    @property
+    def max_accepted_drafts(self) -> int:
+        """The most drafts one verify step can accept (accept length minus the bonus token)."""
+        if self.algorithm == "none":
+            return 0
+        if self.algorithm == "ngram":
+            return self.num_draft_tokens - 1
+        return min(self.num_steps, self.num_draft_tokens - 1)
+
+    def coefficient(self, name: str) -> float:
+        return self.coefficients[name].value
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("must be a YAML mapping of keys to values", file=str(path))
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
+    """Apply `key.path=value` overrides (value parsed as YAML) to a copy of the raw scenario mapping."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--set expects key.path=value, got {item!r}", file=file)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise InputError(f"--set value {raw!r} is not a valid YAML scalar", file=file, key=key) from None
+        node = out
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping", file=file, key=key)
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that holds the last key of `loc` (for listing allowed keys)."""
+    model: Any = root
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            # a discriminated-union tag in the location: pick the member with that tag
+            model = _union_member(model, part)
+            continue
+        model = _unwrap(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        return models[0] if len(models) == 1 else tuple(models) if models else None
+    return annotation
+
+
+def _union_member(candidates: Any, tag: Any) -> Any:
+    if isinstance(candidates, tuple):
+        for member in candidates:
+            type_field = member.model_fields.get("type") or member.model_fields.get("kind")
+            if type_field is not None and tag in typing.get_args(type_field.annotation):
+                return member
+    return candidates
+
+
+def _key_path(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
+    parts: list[str] = []
+    model: Any = root
+    for part in loc:
+        if isinstance(part, str) and isinstance(model, tuple):
+            model = _union_member(model, part)  # skip the tag pydantic inserts for discriminated unions
+            continue
+        parts.append(str(part))
+        if isinstance(part, str) and isinstance(model, type) and issubclass(model, BaseModel):
+            field = model.model_fields.get(part)
+            model = _unwrap(field.annotation) if field is not None else None
+    return ".".join(parts)
+
+
+def validation_error(exc: ValidationError, file: str, root: type[BaseModel]) -> InputError:
+    """Turn pydantic's report into one InputError per the first problem, with allowed values spelled out."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = _key_path(loc, root)
+        if err["type"] == "extra_forbidden":
+            holder = _model_at(root, loc)
+            allowed = ", ".join(holder.model_fields) if holder else "see the schema"
+            lines.append((key, f"unknown key; allowed keys here: {allowed}"))
+        elif err["type"] == "missing":
+            lines.append((key, "required key is missing"))
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            if err["type"] not in ("model_type", "value_error") and not isinstance(got, dict | list):
+                msg = f"{msg} (got {got!r})"
+            lines.append((key, msg))
+    key, msg = lines[0]
+    more = f" (and {len(lines) - 1} more problem(s): " + "; ".join(f"{k}: {m}" for k, m in lines[1:]) + ")" \
+        if len(lines) > 1 else ""
+    return InputError(msg + more, file=file, key=key or None)
+
+
+def parse_scenario(data: dict[str, Any], file: str) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, file, Scenario) from None
+
+
+def load_profile(path: Path, file_for_errors: str) -> Profile:
+    data = read_yaml(path)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, str(path), Profile) from None
+
+
+# ----------------------------------------------------------------------------------------------- resolving
+
+
+def _lookup(table: dict[str, Any], name: str, what: str, file: str, key: str) -> Any:
+    if name not in table:
+        raise InputError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}", file=file, key=key)
+    return table[name]
+
+
+def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple[int, int, int]:
+    spec = sc.speculative
+    if spec.algorithm == "none":
+        return 0, 0, 1
+    if spec.algorithm == "ngram":
+        for k in ("num_steps", "topk"):
+            if getattr(spec, k) is not None:
+                raise InputError("n-gram drafting has no draft steps or topk; set num_draft_tokens and"
+                                 " speculative.ngram.*", file=file, key=f"speculative.{k}")
+        n = spec.num_draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
+        return 0, 0, n
+    triple = (spec.num_steps, spec.topk, spec.num_draft_tokens)
+    if all(v is None for v in triple):
+        llama_style = model.attention.kind == "gqa" and not model.num_routed_experts
+        return LLAMA_STYLE_AUTO if llama_style else DEFAULT_AUTO
+    if any(v is None for v in triple):
+        missing = [k for k, v in zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True) if v is None]
+        raise InputError("set all of num_steps, topk and num_draft_tokens, or none of them (SGLang's auto"
+                         " default)", file=file, key=f"speculative.{missing[0]}")
+    steps, topk, n = triple  # type: ignore[misc]
+    if topk == 1 and n != steps + 1:
+        raise InputError(f"with topk 1 the draft is a chain: num_draft_tokens must be num_steps + 1 = {steps + 1}"
+                         f" (got {n})", file=file, key="speculative.num_draft_tokens")
+    if topk > n - 1:
+        raise InputError(f"topk {topk} is larger than the {n - 1} draft tokens the tree can keep"
+                         f" (num_draft_tokens - 1); allowed: 1..{n - 1}", file=file, key="speculative.topk")
+    capacity = topk + (steps - 1) * topk * topk
+    if n - 1 > capacity:
+        raise InputError(f"num_draft_tokens {n} needs {n - 1} tree nodes but {steps} steps of topk {topk} draft"
+                         f" at most {capacity}; allowed: 2..{capacity + 1}", file=file,
+                         key="speculative.num_draft_tokens")
+    return steps, topk, n
+
+
+def _overlap(sc: Scenario, topk: int, file: str) -> tuple[bool, bool]:
+    """(overlap scheduling on, v2 workers) as SGLang decides them for this version (sglang.md)."""
+    srv, alg = sc.server, sc.speculative.algorithm
+    new = srv.version_minor_patch >= (5, 23)
+    if alg == "none":
+        supported, v2 = True, False
+    elif alg == "ngram":
+        supported, v2 = new, False
+    else:
+        v2 = srv.spec_v2 if srv.spec_v2 is not None else new
+        if v2 and topk != 1:
+            if srv.spec_v2:
+                raise InputError("v2 speculative workers need topk 1", file=file, key="server.spec_v2")
+            v2 = False
+        supported = v2
+    if srv.overlap_schedule == "on" and not supported:
+        raise InputError(f"SGLang {srv.sglang_version} cannot overlap scheduling with algorithm {alg}"
+                         f"{' without v2 workers (spec_v2: true, topk 1)' if alg in EAGLE_FAMILY else ''};"
+                         " allowed: auto or off", file=file, key="server.overlap_schedule")
+    return (supported and srv.overlap_schedule != "off"), v2
+
+
+def _check_acceptance(sc: Scenario, max_drafts: int, file: str) -> None:
+    acc, alg = sc.acceptance, sc.speculative.algorithm
+    if alg == "none":
+        if acc is not None:
+            raise InputError("acceptance applies only to a speculative algorithm; remove it or set"
+                             " speculative.algorithm", file=file, key="acceptance")
+        return
+    if acc is None:
+        raise InputError(f"speculative.algorithm {alg} needs an acceptance section (accept_length, chain_rates,"
+                         " cumulative_rates, positional_rates or histogram)", file=file, key="acceptance")
+    if acc.accept_length is not None and acc.accept_length > max_drafts + 1 + 1e-9:
+        raise InputError(f"accept length {acc.accept_length} is above the {max_drafts + 1} this setup can reach"
+                         f" ({max_drafts} drafts + the bonus token); allowed: 1.0..{max_drafts + 1}",
+                         file=file, key="acceptance.accept_length")
+    for key in ("chain_rates", "cumulative_rates"):
+        rates = getattr(acc, key)
+        if rates is not None and len(rates) > max_drafts:
+            raise InputError(f"{len(rates)} positions given but this setup drafts at most {max_drafts} deep",
+                             file=file, key=f"acceptance.{key}")
+    if acc.histogram is not None and len(acc.histogram) > max_drafts + 1:
+        extra = acc.histogram[max_drafts + 1:]
+        if any(c > 0 for c in extra):
+            raise InputError(f"histogram counts steps accepting more than {max_drafts} drafts, which this setup"
+                             " cannot draft", file=file, key="acceptance.histogram")
+    if acc.positional_rates is not None and alg == "ngram":
+        raise InputError("positional_rates describe an EAGLE-style (num_steps, topk) tree; for n-gram give"
+                         " accept_length, chain_rates or histogram", file=file, key="acceptance.positional_rates")
+
+
+def _coefficients(profile: Profile | None, profile_path: str | None, file: str) -> dict[str, Coefficient]:
+    defaults = presets.default_coefficients()
+    out = {k: Coefficient(v.value, f"default: {v.source}") for k, v in defaults.items()}
+    if profile is not None:
+        for name, coef in profile.coefficients.items():
+            if name not in defaults:
+                raise InputError(f"unknown coefficient; allowed: {', '.join(defaults)}", file=profile_path,
+                                 key=f"coefficients.{name}")
+            out[name] = Coefficient(coef.value, f"profile {profile.name}: {coef.source}")
+    for name in ("memory_bandwidth_efficiency", "compute_efficiency", "moe_routing_locality"):
+        v = out[name].value
+        limit_ok = 0 < v <= 1 if name != "moe_routing_locality" else 0 <= v < 1
+        if not limit_ok:
+            allowed = "(0, 1]" if name != "moe_routing_locality" else "[0, 1)"
+            raise InputError(f"{v} is outside {allowed}", file=profile_path or file, key=f"coefficients.{name}")
+    return out
+
+
+def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
+    """Look up presets, apply SGLang's defaults and check everything that needs more than one field."""
+    from simspec.timing.stack import draft_stack, target_stack  # timing has no scenario imports: no cycle
+
+    file = path
+    gpu = _lookup(presets.gpus(), sc.hardware.gpu, "GPU preset", file, "hardware.gpu")
+    ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
+                 "hardware.interconnect")
+    model = _lookup(presets.models(), sc.model, "model preset", file, "model")
+    tp = sc.server.tp
+    if tp > sc.hardware.num_gpus:
+        raise InputError(f"tp {tp} is larger than the {sc.hardware.num_gpus} GPUs; allowed: 1..{sc.hardware.num_gpus}",
+                         file=file, key="server.tp")
+    if tp < sc.hardware.num_gpus:
+        raise InputError(f"tp {tp} uses fewer than the {sc.hardware.num_gpus} GPUs: simspec models one"
+                         " tensor-parallel engine (data-parallel replicas are not modelled); set"
+                         " hardware.num_gpus = server.tp", file=file, key="server.tp")
+
+    spec = sc.speculative
+    drafter = draft_model = None
+    if spec.algorithm in ("eagle", "eagle3"):
+        if spec.drafter is None:
+            raise InputError(f"algorithm {spec.algorithm} needs a drafter preset; known: "
+                             f"{', '.join(sorted(presets.drafters()))}", file=file, key="speculative.drafter")
+        drafter = _lookup(presets.drafters(), spec.drafter, "drafter preset", file, "speculative.drafter")
+        if drafter.algorithm != spec.algorithm:
+            raise InputError(f"drafter {spec.drafter!r} is an {drafter.algorithm} head, not {spec.algorithm}",
+                             file=file, key="speculative.drafter")
+        if drafter.hidden_size != model.hidden_size:
+            raise InputError(f"drafter {spec.drafter!r} reads hidden states of size {drafter.hidden_size} but"
+                             f" {sc.model} has {model.hidden_size}", file=file, key="speculative.drafter")
+    elif spec.algorithm == "standalone":
+        if spec.drafter is None:
+            raise InputError("standalone speculation needs a draft model preset in speculative.drafter",
+                             file=file, key="speculative.drafter")
+        draft_model = _lookup(presets.models(), spec.drafter, "model preset", file, "speculative.drafter")
+    elif spec.drafter is not None:
+        raise InputError(f"algorithm {spec.algorithm} takes no drafter", file=file, key="speculative.drafter")
+    if spec.algorithm == "mtp" and model.mtp_layers == 0 and not spec.hypothetical_mtp_head:
+        raise InputError(f"{sc.model} ships no MTP (NextN) weights; set speculative.hypothetical_mtp_head: true"
+                         " to model a trained one-layer head", file=file, key="speculative.algorithm")
+    if spec.hypothetical_mtp_head and spec.algorithm != "mtp":
+        raise InputError("hypothetical_mtp_head applies only to algorithm mtp", file=file,
+                         key="speculative.hypothetical_mtp_head")
+
+    steps, topk, n = _tree_settings(sc, model, file)
+    overlap, v2 = _overlap(sc, topk, file)
+
+    profile = None
+    profile_path = None
+    if sc.calibration is not None:
+        base = Path(path).parent if path and not path.startswith("<") else Path.cwd()
+        profile_path_obj = (base / sc.calibration).resolve()
+        profile_path = str(profile_path_obj)
+        if not profile_path_obj.exists():
+            raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
+                             file=file, key="calibration")
+        profile = load_profile(profile_path_obj, file)
+    coefficients = _coefficients(profile, profile_path, file)
+
+    if profile is not None and profile.all_reduce is not None:
+        curve = profile.all_reduce.model_copy(update={"source": f"profile {profile.name}: "
+                                                                f"{profile.all_reduce.source}"})
+    else:
+        curve = CollectiveCurve(measured_gpus=ic.measured_gpus, points_bytes_us=ic.points_bytes_us,
+                                bus_bandwidth_gbps=ic.bus_bandwidth_gbps,
+                                source=f"interconnect preset {sc.hardware.interconnect}: {ic.source}")
+
+    # memory: weights and KV cache per GPU under TP
+    target = target_stack(model, tp)
+    dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
+    weights = target.weight_bytes_per_gpu + (dstack.weight_bytes_per_gpu if dstack else 0.0)
+    budget = gpu.memory_gb * 1e9 * sc.server.mem_fraction_static
+    if weights >= budget:
+        raise InputError(f"{sc.model} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
+                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
+                         f" mem_fraction_static {sc.server.mem_fraction_static:g}); raise tp or pick a larger GPU",
+                         file=file, key="model")
+    kv_per_token = target.kv_bytes_per_token_per_gpu + (dstack.kv_bytes_per_token_per_gpu if dstack else 0.0)
+    kv_capacity = int((budget - weights) / kv_per_token)
+    mrr = sc.server.max_running_requests
+    if mrr is None:
+        # SGLang's scheduler otherwise caps running requests at max_total_num_tokens // 2
+        mrr = SPEC_DEFAULT_MAX_RUNNING if spec.algorithm != "none" else max(1, kv_capacity // 2)
+
+    resolved = ResolvedScenario(
+        scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,
+        draft_model=draft_model, profile=profile, coefficients=coefficients, num_steps=steps, topk=topk,
+        num_draft_tokens=n, overlap=overlap, spec_v2=v2, max_running_requests=mrr,
+        kv_capacity_tokens=kv_capacity,
+    )
+    _check_acceptance(sc, resolved.max_accepted_drafts, file)
+    wl = sc.workload
+    longest = max(_max_length(wl.input_tokens) + _max_length(wl.output_tokens), 1)
+    if longest > kv_capacity:
+        raise InputError(f"one request can hold {longest} tokens but the KV cache holds {kv_capacity} per GPU;"
+                         " lower the workload's max lengths or free memory", file=file, key="workload")
+    return resolved
+
+
+def _max_length(d: Any) -> int:
+    if d.dist == "fixed":
+        return min(d.value, d.max)
+    if d.dist == "uniform":
+        return min(d.high, d.max)
+    return d.max if d.max < 1_000_000 else int(d.mean + 6 * d.std)
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> ResolvedScenario:
+    """Read, override, validate and resolve a scenario file."""
+    file = str(path)
+    data = read_yaml(path)
+    if overrides:
+        data = apply_overrides(data, overrides, file)
+    sc = parse_scenario(data, file)
+    return resolve(sc, file)

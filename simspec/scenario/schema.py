@@ -1,0 +1,181 @@
+"""The scenario schema (pydantic v2). Unknown keys are errors; units are in field names or docstrings.
+
+Checks that need presets (does the model fit, is tp <= num_gpus, is the accept length reachable with this
+tree) live in loader.py, which knows the presets; this module only checks what a field alone can say.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
+EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hardware(_Strict):
+    gpu: str = Field(description="GPU preset name (simspec presets)")
+    num_gpus: int = Field(ge=1, le=64)
+    interconnect: str = Field(description="interconnect preset: link and collective implementation")
+
+
+class Server(_Strict):
+    """SGLang server settings that change the time of an iteration."""
+
+    tp: int = Field(ge=1, le=64, description="tensor-parallel degree")
+    sglang_version: str = Field(default="0.5.10", pattern=r"^0\.5\.\d+$")
+    cuda_graph: bool = True
+    cuda_graph_max_bs: int = Field(default=160, ge=1, le=4096)
+    max_running_requests: int | None = Field(default=None, ge=1)
+    overlap_schedule: Literal["auto", "on", "off"] = "auto"
+    spec_v2: bool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
+    mem_fraction_static: float = Field(default=0.85, gt=0.0, le=1.0)
+    chunked_prefill_size: int = Field(default=8192, ge=64)
+
+    @property
+    def version_minor_patch(self) -> tuple[int, int]:
+        m = re.match(r"^0\.(\d+)\.(\d+)$", self.sglang_version)
+        assert m is not None  # guaranteed by the field pattern
+        return int(m.group(1)), int(m.group(2))
+
+
+class NgramSettings(_Strict):
+    """SGLang's --speculative-ngram-* flags (0.5.8 calls max_trie_depth branch_length)."""
+
+    min_bfs_breadth: int = Field(default=1, ge=1)
+    max_bfs_breadth: int = Field(default=10, ge=1)
+    max_trie_depth: int = Field(default=18, ge=2)
+    match_type: Literal["BFS", "PROB"] = "BFS"
+    capacity: int = Field(default=10_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _breadth_order(self) -> NgramSettings:
+        if self.min_bfs_breadth > self.max_bfs_breadth:
+            raise ValueError(
+                f"min_bfs_breadth ({self.min_bfs_breadth}) must be <= max_bfs_breadth ({self.max_bfs_breadth})"
+            )
+        return self
+
+
+class Speculative(_Strict):
+    algorithm: Algorithm = "none"
+    drafter: str | None = Field(
+        default=None, description="eagle/eagle3: drafter preset; standalone: model preset of the draft model"
+    )
+    num_steps: int | None = Field(default=None, ge=1, le=64)
+    topk: int | None = Field(default=None, ge=1, le=64)
+    num_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
+    ngram: NgramSettings = NgramSettings()
+    hypothetical_mtp_head: bool = Field(
+        default=False, description="model a trained NextN-style MTP head for a model that ships none"
+    )
+
+
+class Acceptance(_Strict):
+    """How many drafted tokens the target accepts. Exactly one of the figures is given.
+
+    accept_length counts the bonus token, as SGLang does: 1.0 means no gain.
+    """
+
+    accept_length: float | None = Field(default=None, ge=1.0)
+    chain_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        default=None, min_length=1, description="conditional P(accept draft i | drafts < i accepted)"
+    )
+    cumulative_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        default=None, min_length=1, description="marginal P(draft i accepted), as papers publish them"
+    )
+    positional_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        default=None, min_length=1, description="tree: P(target token is the draft's rank-r candidate)"
+    )
+    histogram: list[Annotated[float, Field(ge=0.0)]] | None = Field(
+        default=None, min_length=1, description="verify steps that accepted k = 0, 1, ... drafts"
+    )
+    source: str | None = Field(default=None, description="where the figure comes from, or that it is assumed")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Acceptance:
+        given = [k for k in ("accept_length", "chain_rates", "cumulative_rates", "positional_rates", "histogram")
+                 if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of accept_length, chain_rates, cumulative_rates, positional_rates, histogram"
+                f" (got {', '.join(given) if given else 'none'})"
+            )
+        if self.cumulative_rates is not None:
+            rates = self.cumulative_rates
+            if any(b > a + 1e-12 for a, b in zip(rates, rates[1:], strict=False)):
+                raise ValueError("cumulative_rates must not increase with position (P(accept >= i) shrinks)")
+        if self.positional_rates is not None and sum(self.positional_rates) > 1.0 + 1e-9:
+            raise ValueError("positional_rates are exclusive events per tree level: their sum must be <= 1")
+        if self.histogram is not None and sum(self.histogram) <= 0:
+            raise ValueError("histogram needs at least one verify step (a positive count)")
+        return self
+
+
+class LengthDistribution(_Strict):
+    """Token-length distribution: fixed, uniform [low, high], normal(mean, std) or lognormal(mean, std).
+
+    Samples are rounded and clipped to [min, max].
+    """
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    value: int | None = Field(default=None, ge=1)
+    low: int | None = Field(default=None, ge=1)
+    high: int | None = Field(default=None, ge=1)
+    mean: float | None = Field(default=None, gt=0)
+    std: float | None = Field(default=None, ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int = Field(default=1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _params(self) -> LengthDistribution:
+        need = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"),
+                "lognormal": ("mean", "std")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"dist '{self.dist}' needs {', '.join(need)} (missing {', '.join(missing)})")
+        if self.dist == "uniform" and self.low > self.high:  # type: ignore[operator]
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class ClosedLoop(_Strict):
+    """`concurrency` clients, each sending its next request when the previous one finishes."""
+
+    type: Literal["closed"]
+    concurrency: int = Field(ge=1, le=100_000)
+
+
+class Poisson(_Strict):
+    """Open-loop Poisson arrivals."""
+
+    type: Literal["poisson"]
+    rate_per_s: float = Field(gt=0)
+
+
+class Workload(_Strict):
+    arrival: ClosedLoop | Poisson = Field(discriminator="type")
+    num_requests: int = Field(ge=1, le=10_000_000)
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    hardware: Hardware
+    model: str = Field(description="model preset name")
+    server: Server
+    speculative: Speculative = Speculative()
+    acceptance: Acceptance | None = None
+    workload: Workload
+    calibration: str | None = Field(default=None, description="calibration profile YAML, relative to this file")
+    seed: int = Field(default=0, ge=0)

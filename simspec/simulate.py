@@ -1,0 +1,67 @@
+"""run(resolved scenario) -> SimulationResult. Pure: reads no files, writes no files, prints nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simspec.acceptance.models import AcceptanceDistribution, AcceptanceSampler, acceptance_distribution
+from simspec.engine import ServingEngine
+from simspec.errors import InputError
+from simspec.scenario.loader import ResolvedScenario, resolve
+from simspec.scenario.schema import Speculative
+from simspec.timing import IterationModel
+from simspec.workload import make_requests
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    resolved: ResolvedScenario
+    iterations: pd.DataFrame  # one row per engine iteration (see engine/recorder.py)
+    requests: pd.DataFrame  # one row per request
+    inter_token_latencies_ms: np.ndarray  # gaps between streamed chunks
+    acceptance: AcceptanceDistribution | None
+    makespan_ms: float
+
+
+def acceptance_for(rs: ResolvedScenario) -> AcceptanceDistribution | None:
+    acc = rs.scenario.acceptance
+    if not rs.speculative or acc is None:
+        return None
+    return acceptance_distribution(acc, max_drafts=rs.max_accepted_drafts, num_steps=rs.num_steps,
+                                   topk=rs.topk, num_draft_tokens=rs.num_draft_tokens)
+
+
+def run(rs: ResolvedScenario, model: IterationModel | None = None) -> SimulationResult:
+    sc = rs.scenario
+    # independent streams: the workload is the same whatever the algorithm, so baseline and speculative
+    # runs of one scenario and seed serve identical requests
+    workload_seq, accept_seq = np.random.SeedSequence(sc.seed).spawn(2)
+    specs = make_requests(sc.workload, np.random.default_rng(workload_seq))
+    longest = int((specs.input_tokens + specs.output_tokens).max())
+    if longest > rs.kv_capacity_tokens:
+        raise InputError(f"a sampled request needs {longest} KV tokens but the cache holds {rs.kv_capacity_tokens};"
+                         " lower the length distributions' max", file=rs.path, key="workload")
+    dist = acceptance_for(rs)
+    sampler = AcceptanceSampler(dist, np.random.default_rng(accept_seq)) if dist is not None else None
+    env = simpy.Environment()
+    arrival = sc.workload.arrival
+    engine = ServingEngine(
+        env, model or IterationModel(rs), specs, sampler, max_running=rs.max_running_requests,
+        kv_capacity_tokens=rs.kv_capacity_tokens, chunked_prefill_tokens=sc.server.chunked_prefill_size,
+        concurrency=arrival.concurrency if arrival.type == "closed" else None,
+    )
+    env.run(until=engine.done)
+    return SimulationResult(
+        resolved=rs, iterations=engine.rec.iterations(), requests=engine.rec.requests(),
+        inter_token_latencies_ms=engine.rec.inter_token_latencies_ms(), acceptance=dist, makespan_ms=env.now,
+    )
+
+
+def baseline_of(rs: ResolvedScenario) -> ResolvedScenario:
+    """The same scenario without speculation (same hardware, model, server, workload and seed)."""
+    sc = rs.scenario.model_copy(update={"speculative": Speculative(), "acceptance": None})
+    return resolve(sc, rs.path)

@@ -1,0 +1,115 @@
+"""Cost of one forward pass of a decoder stack over a batch shape, on one GPU of the TP group.
+
+Each weight group costs max(bytes / achievable bandwidth, FLOPs / achievable compute) (a roofline per
+group), routed experts are charged for the DISTINCT experts the batch touches, attention for the KV cache it
+reads, and every forward pays fixed launch overhead plus its tensor-parallel collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simspec.presets import GpuPreset
+from simspec.timing.collectives import Collectives
+from simspec.timing.stack import ACTIVATION_BYTES, Stack
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardShape:
+    """A batch as one forward pass sees it."""
+
+    num_seqs: int  # sequences in the kernel launch (CUDA-graph padded)
+    tokens: int  # tokens in the kernel launch (padded): sets GEMM size and collective payloads
+    real_seqs: int  # sequences that carry real tokens: set which experts are touched
+    real_tokens: int
+    logit_tokens: int  # tokens whose logits are computed and all-gathered
+    graph: bool  # replayed from a CUDA graph
+    extend: bool = False  # consumes target hidden states (runs EAGLE's fc)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardCost:
+    compute_ms: float  # GPU time in kernels and launch gaps
+    comm_ms: float  # GPU time in TP collectives
+    roofline_ms: float  # bytes / peak bandwidth: the floor with free communication and no overhead
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiencies:
+    memory_bandwidth: float
+    compute: float
+    routing_locality: float
+    forward_overhead_ms: float
+    layer_overhead_graph_us: float
+    layer_overhead_eager_us: float
+
+
+def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:
+    """Expected distinct routed experts one MoE layer loads for `tokens` tokens in `seqs` sequences.
+
+    Uniform top-k routing: an expert escapes one token with probability 1 - k/E, so T independent tokens
+    touch E (1 - (1 - k/E)^T) experts (hardware-and-models.md). With routing locality rho, a token after the
+    first of its sequence brings only k (1 - rho) experts its predecessor did not use.
+    """
+    if num_experts == 0 or tokens == 0:
+        return 0.0
+    miss_first = 1.0 - k / num_experts
+    miss_next = 1.0 - k * (1.0 - locality) / num_experts
+    untouched = miss_first ** seqs * miss_next ** max(tokens - seqs, 0)
+    return num_experts * (1.0 - untouched)
+
+
+class ForwardModel:
+    """Forward-pass cost for one stack on one GPU type. The weight part is cached per shape."""
+
+    def __init__(self, stack: Stack, gpu: GpuPreset, collectives: Collectives, eff: Efficiencies):
+        self.stack = stack
+        self.eff = eff
+        self.collectives = collectives
+        self._bw = gpu.memory_bandwidth_gbps * 1e9  # bytes/s
+        self._peak = {c: gpu.peak_tflops(c) * 1e12 for c in ("bf16", "fp8")}
+        self._cache: dict[ForwardShape, tuple[float, float, float]] = {}
+        att_compute = stack.groups[0].compute if stack.groups else "bf16"
+        self._kv_s_per_token = stack.kv_bytes_per_token_per_gpu / (self._bw * eff.memory_bandwidth)
+        self._kv_roof_s_per_token = stack.kv_bytes_per_token_per_gpu / self._bw
+        self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak[att_compute] * eff.compute)
+
+    def _time(self, nbytes: float, flops: float, compute: str) -> float:
+        return max(nbytes / (self._bw * self.eff.memory_bandwidth), flops / (self._peak[compute] * self.eff.compute))
+
+    def _weights(self, shape: ForwardShape) -> tuple[float, float, float]:
+        """(compute s, comm s, roofline s) of everything but attention over the KV cache."""
+        hit = self._cache.get(shape)
+        if hit is not None:
+            return hit
+        st, eff = self.stack, self.eff
+        compute = roof = 0.0
+        for g in st.groups:
+            if g.extend_only and not shape.extend:
+                continue
+            compute += self._time(g.bytes_per_gpu, g.flops_per_token * shape.tokens, g.compute)
+            roof += g.bytes_per_gpu / self._bw
+        if st.num_moe_layers:
+            n = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
+                                 eff.routing_locality)
+            nbytes = n * st.expert_bytes_per_gpu * st.num_moe_layers
+            compute += self._time(nbytes, st.expert_flops_per_token * shape.tokens, st.expert_compute)
+            roof += nbytes / self._bw
+        per_layer_us = eff.layer_overhead_graph_us if shape.graph else eff.layer_overhead_eager_us
+        compute += (eff.forward_overhead_ms * 1e3 + per_layer_us * st.num_layers) * 1e-6
+        comm_us = 0.0
+        if st.tp > 1:
+            comm_us = st.all_reduces_per_forward * self.collectives.all_reduce_us(
+                shape.tokens * st.hidden_size * ACTIVATION_BYTES)
+            comm_us += self.collectives.all_gather_us(shape.logit_tokens * st.logits_vocab * ACTIVATION_BYTES)
+        out = (compute, comm_us * 1e-6, roof)
+        self._cache[shape] = out
+        return out
+
+    def cost(self, shape: ForwardShape, context_tokens: float, attention_pairs: float) -> ForwardCost:
+        """context_tokens: KV entries read (summed over sequences); attention_pairs: sum over sequences of
+        query tokens x context tokens attended."""
+        compute, comm, roof = self._weights(shape)
+        compute += max(context_tokens * self._kv_s_per_token, attention_pairs * self._attn_s_per_pair)
+        roof += context_tokens * self._kv_roof_s_per_token
+        return ForwardCost(compute * 1e3, comm * 1e3, roof * 1e3)

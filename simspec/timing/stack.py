@@ -1,0 +1,191 @@
+"""Decoder stacks as one GPU of the tensor-parallel group sees them: bytes, FLOPs and collectives per forward.
+
+Sharding follows SGLang's TP layout: attention heads, MLP columns, every routed expert's intermediate
+dimension and the vocabulary are split over the TP ranks; MLA's low-rank A projections (fused_qkv_a_proj)
+are replicated, as is the MLA latent KV cache (one latent head cannot be split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simspec.presets import DrafterPreset, GqaAttention, MlaAttention, ModelPreset
+
+# bytes per parameter and the tensor-core type the weights are multiplied in
+WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
+    "bf16": (2.0, "bf16"),
+    "fp8": (1.0, "fp8"),
+    "fp8-block128": (1.0 + 4.0 / (128 * 128), "fp8"),  # one fp32 scale per 128x128 block
+    "int4-g32": (0.5 + 2.0 / 32, "bf16"),  # W4A16: one bf16 scale per 32 weights, bf16 math (Marlin)
+}
+ACTIVATION_BYTES = 2  # bf16 activations, KV cache and collective payloads
+
+
+@dataclass(frozen=True, slots=True)
+class WeightGroup:
+    """Weights read in full by every forward pass, on one GPU."""
+
+    name: str
+    bytes_per_gpu: float
+    flops_per_token: float  # on one GPU: 2 x parameters used per token
+    compute: str
+    extend_only: bool = False  # EAGLE-3's fc runs only where target hidden states come in
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    name: str
+    tp: int
+    num_layers: int
+    hidden_size: int
+    logits_vocab: int
+    groups: tuple[WeightGroup, ...]
+    num_moe_layers: int
+    num_experts: int
+    experts_per_token: int
+    expert_bytes_per_gpu: float  # one routed expert in one layer
+    expert_flops_per_token: float  # all MoE layers, experts_per_token experts
+    expert_compute: str
+    kv_bytes_per_token_per_gpu: float  # all layers
+    attn_flops_per_pair: float  # one query token against one context token, all layers, one GPU
+    weight_bytes_per_gpu: float  # stored, all experts included
+    total_params: float  # whole model, unsharded
+
+    @property
+    def all_reduces_per_forward(self) -> int:
+        """Two per decoder layer (attention output, MLP/MoE output) + the vocab-parallel embedding."""
+        return 0 if self.tp == 1 else 2 * self.num_layers + 1
+
+
+def _fmt(name: str) -> tuple[float, str]:
+    return WEIGHT_FORMATS[name]
+
+
+def _attention(att: MlaAttention | GqaAttention, h: int, tp: int) -> tuple[float, float, float, float]:
+    """(replicated params, sharded params per GPU, KV bytes per token per GPU, attention FLOPs per pair)."""
+    if isinstance(att, MlaAttention):
+        replicated = h * att.q_lora_rank + h * (att.kv_lora_rank + att.qk_rope_head_dim)
+        sharded = (att.q_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.qk_rope_head_dim)
+                   + att.kv_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.v_head_dim)
+                   + att.num_heads * att.v_head_dim * h) / tp
+        kv = (att.kv_lora_rank + att.qk_rope_head_dim) * ACTIVATION_BYTES
+        heads = att.num_heads / tp
+        # absorbed MLA decode: QK over kv_lora + rope dims, PV over kv_lora dims, per local head
+        flops = 2 * heads * (att.kv_lora_rank + att.qk_rope_head_dim) + 2 * heads * att.kv_lora_rank
+        return replicated, sharded, kv, flops
+    kv_heads_local = max(1.0, att.num_kv_heads / tp)  # KV heads are replicated when tp > num_kv_heads
+    sharded = 2 * h * att.num_heads * att.head_dim / tp + 2 * h * att.head_dim * kv_heads_local
+    kv = 2 * kv_heads_local * att.head_dim * ACTIVATION_BYTES
+    flops = 2 * 2 * (att.num_heads / tp) * att.head_dim
+    return 0.0, sharded, kv, flops
+
+
+def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
+    rep, shard, _, _ = _attention(att, h, 1)
+    return rep + shard
+
+
+def target_stack(model: ModelPreset, tp: int, *, name: str | None = None) -> Stack:
+    h = model.hidden_size
+    w = model.weights
+    rep, shard, kv, aflops = _attention(model.attention, h, tp)
+    groups: list[WeightGroup] = []
+    att_b, att_c = _fmt(w.attention)
+    L = model.num_layers
+    groups.append(WeightGroup("attention", (rep + shard) * L * att_b, 2 * (rep + shard) * L, att_c))
+    if model.num_dense_layers:
+        b, c = _fmt(w.dense_mlp)
+        p = 3 * h * model.dense_intermediate_size / tp * model.num_dense_layers
+        groups.append(WeightGroup("dense_mlp", p * b, 2 * p, c))
+    moe_layers = model.num_moe_layers
+    if moe_layers and model.num_shared_experts:
+        b, c = _fmt(w.shared_experts)
+        p = model.num_shared_experts * 3 * h * model.moe_intermediate_size / tp * moe_layers
+        groups.append(WeightGroup("shared_experts", p * b, 2 * p, c))
+    b, c = _fmt(w.lm_head)
+    head = model.vocab_size * h / tp
+    groups.append(WeightGroup("lm_head", head * b, 2 * head, c))
+
+    eb, ec = _fmt(w.routed_experts)
+    expert_params = 3 * h * model.moe_intermediate_size / tp if moe_layers else 0.0
+    stored = sum(g.bytes_per_gpu for g in groups)
+    stored += model.num_routed_experts * moe_layers * expert_params * eb
+    if not model.tie_word_embeddings:
+        stored += model.vocab_size * h / tp * _fmt(w.embedding)[0]
+
+    total = (_attention_params(model.attention, h) * L
+             + 3 * h * model.dense_intermediate_size * model.num_dense_layers
+             + (model.num_routed_experts + model.num_shared_experts) * 3 * h * model.moe_intermediate_size
+             * moe_layers
+             + model.vocab_size * h * (1 if model.tie_word_embeddings else 2))
+    return Stack(
+        name=name or model.display_name, tp=tp, num_layers=L, hidden_size=h, logits_vocab=model.vocab_size,
+        groups=tuple(groups), num_moe_layers=moe_layers, num_experts=model.num_routed_experts,
+        experts_per_token=model.experts_per_token, expert_bytes_per_gpu=expert_params * eb,
+        expert_flops_per_token=2 * expert_params * model.experts_per_token * moe_layers, expert_compute=ec,
+        kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
+        total_params=total,
+    )
+
+
+def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
+    """One Llama-style decoder layer + fc over concatenated target hidden states + draft LM head."""
+    h = d.hidden_size
+    b, c = _fmt(d.weights)
+    att = GqaAttention(kind="gqa", num_heads=d.num_heads, num_kv_heads=d.num_kv_heads, head_dim=d.head_dim)
+    _, shard, kv, aflops = _attention(att, h, tp)
+    _, shard1, _, _ = _attention(att, h, 1)
+    if d.algorithm == "eagle3":
+        # EAGLE-3's q/k/v projections read [token embedding; hidden state], 2h wide (o_proj stays h wide)
+        shard += d.num_heads * d.head_dim * h / tp + 2 * d.head_dim * h * max(1.0, d.num_kv_heads / tp)
+        shard1 += (d.num_heads + 2 * d.num_kv_heads) * d.head_dim * h
+    mlp = 3 * h * d.intermediate_size / tp
+    head = d.draft_vocab_size * h / tp
+    fc = d.fc_input_multiplier * h * h  # a plain (replicated) linear layer in SGLang's EAGLE heads
+    groups = (
+        WeightGroup("attention", shard * b, 2 * shard, c),
+        WeightGroup("dense_mlp", mlp * b, 2 * mlp, c),
+        WeightGroup("lm_head", head * b, 2 * head, c),
+        WeightGroup("fc", fc * b, 2 * fc, c, extend_only=True),
+    )
+    stored = sum(g.bytes_per_gpu for g in groups)
+    total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
+    return Stack(
+        name=d.display_name, tp=tp, num_layers=1, hidden_size=h, logits_vocab=d.draft_vocab_size,
+        groups=groups, num_moe_layers=0, num_experts=0, experts_per_token=0, expert_bytes_per_gpu=0.0,
+        expert_flops_per_token=0.0, expert_compute=c, kv_bytes_per_token_per_gpu=kv,
+        attn_flops_per_pair=aflops, weight_bytes_per_gpu=stored, total_params=total,
+    )
+
+
+def mtp_stack(model: ModelPreset, tp: int) -> Stack:
+    """A NextN/MTP head: one decoder layer of the target's own kind (MoE if the target is), eh_proj (2h -> h,
+    replicated) and the target's full-vocabulary LM head, shared with the target (DeepSeek-V3 style)."""
+    one = model.model_copy(update={"num_layers": 1, "num_dense_layers": 0 if model.num_moe_layers else 1,
+                                   "tie_word_embeddings": True})
+    base = target_stack(one, tp, name=f"MTP head of {model.display_name}")
+    b, c = _fmt(model.weights.attention)
+    eh = 2 * model.hidden_size * model.hidden_size
+    groups = base.groups + (WeightGroup("eh_proj", eh * b, 2 * eh, c),)
+    # embedding and LM head are shared with the target: not stored again
+    shared_head = model.vocab_size * model.hidden_size / tp * _fmt(model.weights.lm_head)[0]
+    stored = base.weight_bytes_per_gpu - shared_head + eh * b
+    return Stack(
+        name=base.name, tp=tp, num_layers=1, hidden_size=model.hidden_size, logits_vocab=model.vocab_size,
+        groups=groups, num_moe_layers=base.num_moe_layers, num_experts=base.num_experts,
+        experts_per_token=base.experts_per_token, expert_bytes_per_gpu=base.expert_bytes_per_gpu,
+        expert_flops_per_token=base.expert_flops_per_token, expert_compute=base.expert_compute,
+        kv_bytes_per_token_per_gpu=base.kv_bytes_per_token_per_gpu, attn_flops_per_pair=base.attn_flops_per_pair,
+        weight_bytes_per_gpu=stored, total_params=base.total_params - model.vocab_size * model.hidden_size + eh,
+    )
+
+
+def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None,
+                draft_model: ModelPreset | None, tp: int) -> Stack | None:
+    if algorithm in ("eagle", "eagle3") and drafter is not None:
+        return eagle_stack(drafter, tp)
+    if algorithm == "mtp":
+        return mtp_stack(model, tp)
+    if algorithm == "standalone" and draft_model is not None:
+        return target_stack(draft_model, tp)
+    return None

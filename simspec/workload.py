@@ -1,0 +1,40 @@
+"""Arrivals x lengths: when requests come and how long their prompts and outputs are. Seeded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simspec.scenario.schema import LengthDistribution, Workload
+
+
+def sample_lengths(d: LengthDistribution, n: int, rng: np.random.Generator) -> np.ndarray:
+    if d.dist == "fixed":
+        raw = np.full(n, float(d.value))
+    elif d.dist == "uniform":
+        raw = rng.integers(d.low, d.high + 1, size=n).astype(float)
+    elif d.dist == "normal":
+        raw = rng.normal(d.mean, d.std, size=n)
+    else:  # lognormal parameterised by its own mean and std, not the underlying normal's
+        mean, std = float(d.mean), float(d.std)
+        sigma2 = np.log1p((std / mean) ** 2)
+        raw = rng.lognormal(np.log(mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
+    return np.clip(np.rint(raw), d.min, d.max).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class RequestSpecs:
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    arrival_s: np.ndarray | None  # open loop: absolute arrival times; closed loop: None
+
+
+def make_requests(w: Workload, rng: np.random.Generator) -> RequestSpecs:
+    n = w.num_requests
+    inputs = sample_lengths(w.input_tokens, n, rng)
+    outputs = sample_lengths(w.output_tokens, n, rng)
+    arrivals = None
+    if w.arrival.type == "poisson":
+        arrivals = np.cumsum(rng.exponential(1.0 / w.arrival.rate_per_s, size=n))
+    return RequestSpecs(inputs, outputs, arrivals)
