@@ -22,7 +22,8 @@ class SimulationResult:
     resolved: ResolvedScenario
     iterations: pd.DataFrame  # one row per engine iteration (see engine/recorder.py)
     requests: pd.DataFrame  # one row per request
-    inter_token_latencies_ms: np.ndarray  # gaps between streamed chunks
+    itl_gaps_ms: np.ndarray  # distinct gaps between streamed chunks
+    itl_weights: np.ndarray  # how many chunks had each gap
     acceptance: AcceptanceDistribution | None
     makespan_ms: float
 
@@ -55,9 +56,10 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         concurrency=arrival.concurrency if arrival.type == "closed" else None,
     )
     env.run(until=engine.done)
+    gaps, weights = engine.rec.inter_token_latencies_ms()
     return SimulationResult(
-        resolved=rs, iterations=engine.rec.iterations(), requests=engine.rec.requests(),
-        inter_token_latencies_ms=engine.rec.inter_token_latencies_ms(), acceptance=dist, makespan_ms=env.now,
+        resolved=rs, iterations=engine.rec.iterations(), requests=engine.rec.requests(), itl_gaps_ms=gaps,
+        itl_weights=weights, acceptance=dist, makespan_ms=env.now,
     )
 
 

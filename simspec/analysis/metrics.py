@@ -24,11 +24,16 @@ class Metric(StrEnum):
 PERCENTILES = (50, 90, 99)
 
 
-def _percentiles(values: np.ndarray) -> dict[str, float]:
+def _percentiles(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+    """Percentiles (inverted-CDF: the smallest value with at least p% of the weight at or below it)."""
+    values = np.asarray(values, dtype=float)
     if len(values) == 0:
         return {f"p{p}": float("nan") for p in PERCENTILES} | {"mean": float("nan")}
-    out = {f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES}
-    out["mean"] = float(values.mean())
+    w = np.ones(len(values)) if weights is None else np.asarray(weights, dtype=float)
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(w[order])
+    out = {f"p{p}": float(v[min(np.searchsorted(cw, p / 100 * cw[-1]), len(v) - 1)]) for p in PERCENTILES}
+    out["mean"] = float(np.dot(values, w) / w.sum())
     return out
 
 
@@ -55,7 +60,7 @@ def summarize(res: SimulationResult) -> dict:
         Metric.ROOFLINE.value: float(roof_rate.mean()) if len(roof_rate) else 0.0,
         "mean_batch_size": float(dec.batch_size.mean()) if len(dec) else 0.0,
         Metric.TTFT_MS.value: _percentiles((req.first_token_ms - req.arrival_ms).to_numpy()),
-        Metric.ITL_MS.value: _percentiles(res.inter_token_latencies_ms),
+        Metric.ITL_MS.value: _percentiles(res.itl_gaps_ms, res.itl_weights),
         Metric.TPOT_MS.value: _percentiles((decode_time[ok] / decode_tokens[ok]).to_numpy()),
         "requests": int(len(req)),
         "output_tokens": int(req.output_tokens.sum()),

@@ -5,6 +5,9 @@ run one decode iteration over the running batch (draft -> verify -> accept for s
 duration of every iteration comes from IterationModel; acceptance is sampled for the whole batch at once.
 Prefill has priority over decode, as in SGLang's default scheduling (speculation disables mixed chunked
 prefill, so prefill and decode never share an iteration).
+
+The running batch is kept as parallel arrays (ids, tokens still to generate, decode iterations seen at
+admission) so that one iteration costs a handful of vector operations whatever the batch size.
 """
 
 from __future__ import annotations
@@ -35,17 +38,22 @@ class ServingEngine:
         self.outputs = specs.output_tokens
         self.rec = Recorder(n)
         self.rec.input_tokens[:] = specs.input_tokens
-        self.generated = np.zeros(n, dtype=np.int64)
-        self.last_emit_ms = np.zeros(n)
         self.waiting: deque[int] = deque()
-        self.running = np.zeros(0, dtype=np.int64)
+        # the running batch, as parallel arrays
+        self.run_ids = np.zeros(0, dtype=np.int64)
+        self.run_remaining = np.zeros(0, dtype=np.int64)  # tokens still to generate
+        self.run_joined = np.zeros(0, dtype=np.int64)  # decode iterations done when the request joined
+        self.context_sum = 0  # KV tokens of the running batch (prompts + generated)
+        self.decode_iterations = 0
         self.kv_reserved = 0
         self.roofline_ms = 0.0  # running sum of every iteration's roofline time
+        self.last_decode_end = 0.0
+        self.fresh: list[tuple[float, int]] = []  # (first-token time, count) of requests not yet decoded
         self.next_request = 0
         self.finished = 0
+        self._closed = concurrency is not None
         self._wake: simpy.Event | None = None
         self.done = env.event()
-        self._closed = concurrency is not None
         if concurrency is not None:  # closed loop: keep `concurrency` requests in the system
             for _ in range(min(concurrency, n)):
                 self._arrive()
@@ -73,7 +81,7 @@ class ServingEngine:
     def _admit(self) -> list[int]:
         admitted: list[int] = []
         prompt_tokens = 0
-        while self.waiting and len(self.running) + len(admitted) < self.max_running:
+        while self.waiting and len(self.run_ids) + len(admitted) < self.max_running:
             rid = self.waiting[0]
             need = int(self.inputs[rid] + self.outputs[rid])  # reserve the whole request: no preemption
             if self.kv_reserved + need > self.kv_capacity:
@@ -90,7 +98,7 @@ class ServingEngine:
         env = self.env
         total = len(self.inputs)
         while self.finished < total:
-            if not self.waiting and len(self.running) == 0:
+            if not self.waiting and len(self.run_ids) == 0:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -98,7 +106,7 @@ class ServingEngine:
             admitted = self._admit()
             if admitted:
                 yield from self._prefill(admitted)
-            elif len(self.running):
+            elif len(self.run_ids):
                 yield from self._decode()
             else:  # the loader and simulate() guarantee any single request fits an empty cache
                 raise RuntimeError("a waiting request cannot fit the KV cache of an idle engine")
@@ -127,41 +135,55 @@ class ServingEngine:
         now = env.now
         rec.first_token_ms[ids] = now
         rec.roofline_at_first_ms[ids] = self.roofline_ms
-        self.generated[ids] = 1
-        self.last_emit_ms[ids] = now
-        self.running = np.concatenate([self.running, ids])
+        self.fresh.append((now, len(ids)))
+        self.run_ids = np.concatenate([self.run_ids, ids])
+        self.run_remaining = np.concatenate([self.run_remaining, self.outputs[ids] - 1])
+        self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
+        self.context_sum += int(self.inputs[ids].sum()) + len(ids)
         self._retire(now)
 
     def _decode(self):
         env, rec = self.env, self.rec
-        run = self.running
-        bs = len(run)
-        context = float(self.inputs[run].sum() + self.generated[run].sum())
-        cost = self.model.decode(bs, context)
+        bs = len(self.run_ids)
+        cost = self.model.decode(bs, self.context_sum)
         start = env.now
         yield env.timeout(cost.total_ms)
         now = env.now
         self.roofline_ms += cost.roofline_ms
-        tokens = self.sampler.sample(bs) + 1 if self.sampler is not None else np.ones(bs, dtype=np.int64)
-        tokens = np.minimum(tokens, self.outputs[run] - self.generated[run])
-        self.generated[run] += tokens
-        rec.verify_steps[run] += 1
-        rec.itl_chunks.append(now - self.last_emit_ms[run])
-        self.last_emit_ms[run] = now
-        rec.iteration(start, now, "decode", bs, int(tokens.sum()), cost)
+        self.decode_iterations += 1
+        if self.sampler is not None:
+            tokens = np.minimum(self.sampler.sample(bs) + 1, self.run_remaining)
+        else:
+            tokens = np.minimum(1, self.run_remaining)
+        emitted = int(tokens.sum())
+        self.run_remaining -= tokens
+        self.context_sum += emitted
+        # streamed-chunk gaps: requests decoded last iteration waited since its end, fresh ones since prefill
+        n_fresh = 0
+        for t, count in self.fresh:
+            rec.itl_gaps.append((now - t, count))
+            n_fresh += count
+        self.fresh.clear()
+        if bs > n_fresh:
+            rec.itl_gaps.append((now - self.last_decode_end, bs - n_fresh))
+        self.last_decode_end = now
+        rec.iteration(start, now, "decode", bs, emitted, cost)
         self._retire(now)
 
     def _retire(self, now: float) -> None:
-        run = self.running
-        done_mask = self.generated[run] >= self.outputs[run]
+        done_mask = self.run_remaining <= 0
         if not done_mask.any():
             return
-        finished = run[done_mask]
-        self.running = run[~done_mask]
+        finished = self.run_ids[done_mask]
         rec = self.rec
         rec.finish_ms[finished] = now
         rec.roofline_at_finish_ms[finished] = self.roofline_ms
-        rec.output_tokens[finished] = self.generated[finished]
+        rec.output_tokens[finished] = self.outputs[finished]
+        rec.verify_steps[finished] = self.decode_iterations - self.run_joined[done_mask]
+        keep = ~done_mask
+        self.run_ids, self.run_remaining, self.run_joined = (
+            self.run_ids[keep], self.run_remaining[keep], self.run_joined[keep])
+        self.context_sum -= int((self.inputs[finished] + self.outputs[finished]).sum())
         self.kv_reserved -= int((self.inputs[finished] + self.outputs[finished]).sum())
         self.finished += len(finished)
         total = len(self.inputs)

@@ -23,7 +23,7 @@ class Recorder:
         self.verify_steps = np.zeros(n, dtype=np.int64)
         self.roofline_at_first_ms = np.full(n, np.nan)
         self.roofline_at_finish_ms = np.full(n, np.nan)
-        self.itl_chunks: list[np.ndarray] = []  # gaps between streamed chunks, per decode iteration
+        self.itl_gaps: list[tuple[float, int]] = []  # (gap between streamed chunks ms, how many requests had it)
 
     def iteration(self, start_ms: float, end_ms: float, kind: str, batch_size: int, tokens: int,
                   cost: IterationCost) -> None:
@@ -41,5 +41,9 @@ class Recorder:
             "roofline_at_finish_ms": self.roofline_at_finish_ms,
         })
 
-    def inter_token_latencies_ms(self) -> np.ndarray:
-        return np.concatenate(self.itl_chunks) if self.itl_chunks else np.zeros(0)
+    def inter_token_latencies_ms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap values, weights): each streamed chunk's gap since the request's previous chunk."""
+        if not self.itl_gaps:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        arr = np.asarray(self.itl_gaps)
+        return arr[:, 0], arr[:, 1].astype(np.int64)

@@ -306,6 +306,22 @@ def _check_acceptance(sc: Scenario, max_drafts: int, file: str) -> None:
                          " accept_length, chain_rates or histogram", file=file, key="acceptance.positional_rates")
 
 
+def _check_profile_matches(sc: Scenario, profile: Profile, file: str) -> None:
+    on = profile.measured_on
+    if on is None:
+        return
+    pairs = (("hardware.gpu", on.gpu, sc.hardware.gpu), ("hardware.interconnect", on.interconnect,
+             sc.hardware.interconnect), ("server.tp", on.tp, sc.server.tp))
+    for key, measured, wanted in pairs:
+        if measured != wanted:
+            raise InputError(f"calibration profile {profile.name!r} was measured with {key} = {measured!r} but the"
+                             f" scenario has {wanted!r}; drop `calibration` or use a profile of this box",
+                             file=file, key=key)
+    if on.model is not None and on.model != sc.model:
+        raise InputError(f"calibration profile {profile.name!r} was measured serving {on.model!r}, not {sc.model!r}",
+                         file=file, key="model")
+
+
 def _coefficients(profile: Profile | None, profile_path: str | None, file: str) -> dict[str, Coefficient]:
     defaults = presets.default_coefficients()
     out = {k: Coefficient(v.value, f"default: {v.source}") for k, v in defaults.items()}
@@ -382,6 +398,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
             raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
                              file=file, key="calibration")
         profile = load_profile(profile_path_obj, file)
+        _check_profile_matches(sc, profile, file)
     coefficients = _coefficients(profile, profile_path, file)
 
     if profile is not None and profile.all_reduce is not None:

@@ -45,9 +45,20 @@ class Provenance(_Strict):
     method: str | None = None
 
 
+class MeasuredOn(_Strict):
+    """The box a profile was measured on. A scenario that points at the profile must match it, or the
+    profile's collective curve would silently describe different hardware."""
+
+    gpu: str
+    interconnect: str
+    tp: int = Field(ge=1)
+    model: str | None = None
+
+
 class Profile(_Strict):
     name: str
     description: str = ""
+    measured_on: MeasuredOn | None = None
     fitted_to: list[str] = Field(default_factory=list, description="measurements this profile was fitted to")
     provenance: Provenance = Provenance()
     all_reduce: CollectiveCurve | None = None

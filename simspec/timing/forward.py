@@ -106,6 +106,13 @@ class ForwardModel:
         self._cache[shape] = out
         return out
 
+    def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
+        """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
+        roofline ms per context token): the cost of `shape` as a function of its context, for hot loops."""
+        compute, comm, roof = self._weights(shape)
+        return (compute * 1e3, comm * 1e3, roof * 1e3, self._kv_s_per_token * 1e3, self._attn_s_per_pair * 1e3,
+                self._kv_roof_s_per_token * 1e3)
+
     def cost(self, shape: ForwardShape, context_tokens: float, attention_pairs: float) -> ForwardCost:
         """context_tokens: KV entries read (summed over sequences); attention_pairs: sum over sequences of
         query tokens x context tokens attended."""

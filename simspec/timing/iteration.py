@@ -71,6 +71,7 @@ class IterationModel:
         self._ngram_ms_per_req = c("ngram_cpu_per_request_us") / 1e3
         self.steps, self.topk, self.n = rs.num_steps, rs.topk, rs.num_draft_tokens
         self._extend_tokens = self.n if rs.spec_v2 else self.steps + 1
+        self._plans: dict[int, tuple[tuple, ...]] = {}
 
     # ----------------------------------------------------------------------------------------- helpers
     def padded(self, bs: int) -> tuple[int, bool]:
@@ -84,49 +85,53 @@ class IterationModel:
         cpu = self._sched_ms + self._sched_per_req_ms * bs + extra_ms
         return max(0.0, cpu - gpu_ms) if self.rs.overlap else cpu
 
-    @staticmethod
-    def _pairs(q: int, seqs: int, context_sum: float) -> float:
-        """Query x key pairs when each of `seqs` sequences appends q tokens to its context (causal)."""
-        return q * context_sum + seqs * q * (q + 1) / 2
-
-    def _uniform(self, fm: ForwardModel, pbs: int, bs: int, q: int, graph: bool, context_sum: float,
-                 extend: bool = False) -> ForwardCost:
-        shape = ForwardShape(num_seqs=pbs, tokens=pbs * q, real_seqs=bs, real_tokens=bs * q,
-                             logit_tokens=pbs * q, graph=graph, extend=extend)
-        return fm.cost(shape, context_sum + bs * q, self._pairs(q, bs, context_sum))
+    def _plan(self, bs: int) -> tuple[tuple, ...]:
+        """The forwards of one decode iteration at batch size bs, each as
+        (is_draft, repeats, q, seqs, compute, comm, roof, kv_rate, attn_rate, roof_kv_rate), cached per bs."""
+        plan = self._plans.get(bs)
+        if plan is not None:
+            return plan
+        pbs, graph = self.padded(bs)
+        forwards: list[tuple[ForwardModel, bool, int, int, bool]] = []  # model, is_draft, repeats, q, extend
+        if not self.rs.speculative:
+            forwards.append((self.target, False, 1, 1, False))
+        else:
+            if self.draft is not None:
+                if self.steps > 1:
+                    forwards.append((self.draft, True, self.steps - 1, self.topk, False))
+                forwards.append((self.draft, True, 1, self._extend_tokens, True))
+            forwards.append((self.target, False, 1, self.n, False))
+        rows = []
+        for fm, is_draft, repeats, q, extend in forwards:
+            shape = ForwardShape(num_seqs=pbs, tokens=pbs * q, real_seqs=bs, real_tokens=bs * q,
+                                 logit_tokens=pbs * q, graph=graph, extend=extend)
+            rows.append((is_draft, repeats, q, bs) + fm.fixed_and_rates(shape))
+        plan = tuple(rows)
+        self._plans[bs] = plan
+        return plan
 
     # ----------------------------------------------------------------------------------------- iterations
     def decode(self, bs: int, context_sum: float) -> IterationCost:
-        """One decode iteration of `bs` running requests whose contexts sum to context_sum tokens."""
+        """One decode iteration of `bs` running requests whose contexts sum to context_sum tokens: a plain
+        decode forward, or draft -> verify for a speculative algorithm."""
+        d_compute = d_comm = v_compute = v_comm = roof = 0.0
+        for is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate in self._plan(bs):
+            kv_tokens = context_sum + seqs * q
+            pairs = q * context_sum + seqs * q * (q + 1) / 2  # causal: each new token sees the ones before
+            compute += kv_tokens * kv_rate if kv_tokens * kv_rate > pairs * attn_rate else pairs * attn_rate
+            froof += kv_tokens * roof_kv_rate
+            if is_draft:
+                d_compute += repeats * compute
+                d_comm += repeats * comm
+            else:
+                v_compute += compute
+                v_comm += comm
+            roof += repeats * froof
+        extra = 0.0
         if self.rs.speculative:
-            return self._speculative(bs, context_sum)
-        pbs, graph = self.padded(bs)
-        v = self._uniform(self.target, pbs, bs, 1, graph, context_sum)
-        gpu = v.compute_ms + v.comm_ms
-        return IterationCost(verify_compute_ms=v.compute_ms, verify_comm_ms=v.comm_ms,
-                             cpu_ms=self._cpu(bs, gpu, 0.0), roofline_ms=v.roofline_ms)
-
-    def _speculative(self, bs: int, context_sum: float) -> IterationCost:
-        pbs, graph = self.padded(bs)
-        verify = self._uniform(self.target, pbs, bs, self.n, graph, context_sum)
-        d_compute = d_comm = d_roof = 0.0
-        extra_cpu = self._spec_cpu_ms
-        if self.draft is not None:
-            for _ in range(self.steps - 1):
-                f = self._uniform(self.draft, pbs, bs, self.topk, graph, context_sum)
-                d_compute += f.compute_ms
-                d_comm += f.comm_ms
-                d_roof += f.roofline_ms
-            f = self._uniform(self.draft, pbs, bs, self._extend_tokens, graph, context_sum, extend=True)
-            d_compute += f.compute_ms
-            d_comm += f.comm_ms
-            d_roof += f.roofline_ms
-        else:  # n-gram: trie lookup and host-to-device copy on the CPU, no draft forward
-            extra_cpu += self._ngram_ms_per_req * bs
-        gpu = d_compute + d_comm + verify.compute_ms + verify.comm_ms
-        return IterationCost(draft_compute_ms=d_compute, draft_comm_ms=d_comm,
-                             verify_compute_ms=verify.compute_ms, verify_comm_ms=verify.comm_ms,
-                             cpu_ms=self._cpu(bs, gpu, extra_cpu), roofline_ms=verify.roofline_ms + d_roof)
+            extra = self._spec_cpu_ms + (self._ngram_ms_per_req * bs if self.draft is None else 0.0)
+        cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra)
+        return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
 
     def prefill(self, prompt_tokens: list[int], cached_context: float = 0.0) -> IterationCost:
         """A prefill (extend) iteration over new prompts, run eagerly. EAGLE-family drafters prefill too."""
