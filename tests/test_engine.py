@@ -1,0 +1,79 @@
+"""The SimPy engine: arrivals, admission, batching and what it records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simspec.analysis.metrics import summarize
+from simspec.scenario.loader import parse_scenario, resolve
+from simspec.simulate import run
+from simspec.timing import IterationModel
+
+
+def _run(d):
+    return run(resolve(parse_scenario(d, "t.yaml"), "t.yaml"))
+
+
+def test_single_stream_decode_time_is_the_sum_of_iterations(small):
+    small["workload"]["num_requests"] = 1
+    res = _run(small)
+    it = res.iterations
+    assert list(it.kind) == ["prefill"] + ["decode"] * 63  # the first token comes from prefill
+    model = IterationModel(res.resolved)
+    # each decode iteration lasts what the time model says for its context
+    for k, row in enumerate(it[it.kind == "decode"].itertuples()):
+        assert row.end_ms - row.start_ms == pytest.approx(model.decode(1, 128 + 1 + k).total_ms)
+    assert res.requests.finish_ms[0] == pytest.approx(it.end_ms.iloc[-1])
+
+
+def test_closed_loop_keeps_concurrency_requests_running(small):
+    small["workload"].update(num_requests=12, arrival={"type": "closed", "concurrency": 4})
+    res = _run(small)
+    dec = res.iterations[res.iterations.kind == "decode"]
+    assert dec.batch_size.max() == 4
+    assert (res.requests.first_token_ms >= res.requests.arrival_ms).all()
+    # a client sends its next request when its previous one finishes
+    finishes = sorted(res.requests.finish_ms)[:8]
+    later_arrivals = sorted(res.requests.arrival_ms)[4:]
+    assert later_arrivals == pytest.approx(finishes)
+
+
+def test_max_running_requests_caps_the_batch(small):
+    small["workload"].update(num_requests=10, arrival={"type": "closed", "concurrency": 10})
+    small["server"] = {"tp": 1, "max_running_requests": 3}
+    res = _run(small)
+    assert res.iterations.batch_size.max() == 3
+    assert summarize(res)["ttft_ms"]["p99"] > summarize(res)["ttft_ms"]["p50"]  # queued requests wait
+
+
+def test_poisson_arrivals_follow_the_rate(small):
+    small["workload"].update(num_requests=400, arrival={"type": "poisson", "rate_per_s": 50.0},
+                             output_tokens={"dist": "fixed", "value": 4})
+    res = _run(small)
+    gaps = np.diff(res.requests.arrival_ms.to_numpy()) / 1e3
+    assert gaps.mean() == pytest.approx(1 / 50.0, rel=0.15)
+
+
+def test_speculative_requests_take_fewer_iterations(small):
+    small["workload"]["num_requests"] = 1
+    small["workload"]["output_tokens"] = {"dist": "fixed", "value": 400}
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"chain_rates": [1.0, 1.0, 1.0]}  # every draft accepted: 4 tokens per step
+    res = _run(small)
+    assert res.requests.verify_steps[0] == int(np.ceil(399 / 4))
+    assert summarize(res)["accept_length"] == pytest.approx(399 / 100)
+
+
+def test_output_lengths_are_respected_exactly(small):
+    small["workload"].update(num_requests=20, arrival={"type": "closed", "concurrency": 5},
+                             output_tokens={"dist": "uniform", "low": 5, "high": 90})
+    small["speculative"] = {"algorithm": "ngram", "num_draft_tokens": 6}
+    small["acceptance"] = {"accept_length": 3.0}
+    res = _run(small)
+    from simspec.workload import make_requests
+
+    seq = np.random.SeedSequence(0).spawn(2)[0]
+    specs = make_requests(res.resolved.scenario.workload, np.random.default_rng(seq))
+    assert res.requests.output_tokens.tolist() == specs.output_tokens.tolist()

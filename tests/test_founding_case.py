@@ -1,0 +1,69 @@
+"""The founding case (M1): Kimi-K2.5 on 8 x RTX PRO 6000 over PCIe. The profile was fitted to the baseline
+and the EAGLE-3 step time only; every setup's tok/s must follow from the model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simspec.predict import predict
+from simspec.scenario.loader import load_scenario
+from tests.conftest import ROOT, SCENARIOS
+
+M1 = {  # measurements.md, M1: decode tok/s at batch 1
+    "baseline.yaml": 82.0,
+    "eagle3.yaml": 60.0,
+    "eagle3_k2_drafter.yaml": 52.0,
+    "ngram_tree.yaml": 41.0,
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict]:
+    return {name: predict(load_scenario(SCENARIOS / name)) for name in
+            list(M1) + ["ngram_chain.yaml", "mtp.yaml", "nvlink_vs_pcie.yaml"]}
+
+
+@pytest.mark.parametrize("name", list(M1))
+def test_reproduces_m1_within_5_percent(results, name):
+    assert results[name]["tokens_per_s"] == pytest.approx(M1[name], rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["eagle3.yaml", "eagle3_k2_drafter.yaml", "ngram_tree.yaml"])
+def test_every_m1_speculative_setup_is_slower_than_no_speculation(results, name):
+    r = results[name]
+    assert r["speedup"] < 1.0
+    assert r["break_even_accept_length"] > r["accept_length"]
+
+
+def test_communication_dominates_the_m1_verify_step(results):
+    b = results["eagle3_k2_drafter.yaml"]["breakdown_ms"]
+    comm = b["draft_comm"] + b["verify_comm"]
+    assert comm > b["verify_compute"] + b["draft_compute"] + b["cpu"]
+
+
+def test_ngram_tree_verifies_more_than_the_chain(results):
+    assert results["ngram_tree.yaml"]["breakdown_ms"]["verify_compute"] > \
+        results["ngram_chain.yaml"]["breakdown_ms"]["verify_compute"]
+
+
+def test_nvlink_collectives_make_the_same_setup_much_faster(results):
+    pcie, nvlink = results["eagle3.yaml"], results["nvlink_vs_pcie.yaml"]
+    assert nvlink["tokens_per_s"] > 1.5 * pcie["tokens_per_s"]
+    assert nvlink["breakdown_ms"]["verify_comm"] < pcie["breakdown_ms"]["verify_comm"] / 4
+    # and the break-even accept length drops with cheaper verify steps
+    assert nvlink["break_even_accept_length"] < pcie["break_even_accept_length"]
+
+
+def test_mtp_needs_a_hypothetical_head_on_k25(results):
+    r = results["mtp.yaml"]
+    assert r["setup"]["algorithm"] == "mtp" and r["accept_length"] > 1.5
+
+
+def test_checked_in_profile_matches_a_fresh_fit():
+    """The profile is output of calibration/fit_m1.py, never edited by hand."""
+    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_m1.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

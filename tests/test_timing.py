@@ -1,0 +1,177 @@
+"""The time model's formulas against hand-computed figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simspec import presets
+from simspec.scenario.loader import parse_scenario, resolve
+from simspec.scenario.profile import CollectiveCurve
+from simspec.timing.collectives import Collectives, ring_latency_us
+from simspec.timing.forward import Efficiencies, ForwardModel, ForwardShape, distinct_experts
+from simspec.timing.iteration import IterationModel, captured_batch_sizes
+from simspec.timing.stack import eagle_stack, target_stack
+
+IDEAL = Efficiencies(memory_bandwidth=1.0, compute=1.0, routing_locality=0.0, forward_overhead_ms=0.0,
+                     layer_overhead_graph_us=0.0, layer_overhead_eager_us=0.0)
+
+
+def test_distinct_experts_match_the_uniform_routing_figures():
+    """E (1 - (1 - k/E)^T) on K2.5 (E = 384, k = 8): 8 at T = 1, 59.5 at T = 8, 109.8 at T = 16
+    (hardware-and-models.md rounds these to ~61 and ~106)."""
+    assert distinct_experts(384, 8, 1, 1, 0.0) == pytest.approx(8.0)
+    assert distinct_experts(384, 8, 8, 8, 0.0) == pytest.approx(384 * (1 - (1 - 8 / 384) ** 8))
+    assert distinct_experts(384, 8, 8, 8, 0.0) == pytest.approx(59.52, abs=0.01)
+    assert distinct_experts(384, 8, 16, 16, 0.0) == pytest.approx(109.82, abs=0.01)
+
+
+def test_routing_locality_only_discounts_tokens_after_the_first_of_a_sequence():
+    # full locality: four tokens of one sequence reuse the first token's experts
+    assert distinct_experts(384, 8, 1, 4, 1.0) == pytest.approx(8.0)
+    # four separate sequences are independent whatever the locality
+    assert distinct_experts(384, 8, 4, 4, 1.0) == pytest.approx(distinct_experts(384, 8, 4, 4, 0.0))
+
+
+def test_llama_8b_weight_bytes_by_hand():
+    """Per token, one GPU reads every weight but the embedding once: q,k,v,o + MLP per layer, and lm_head."""
+    s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    attention = (4096 * 4096 * 2 + 4096 * 1024 * 2) * 32
+    mlp = 3 * 4096 * 14336 * 32
+    head = 128256 * 4096
+    assert sum(g.bytes_per_gpu for g in s.groups) == pytest.approx((attention + mlp + head) * 2)
+    assert s.kv_bytes_per_token_per_gpu == 2 * 8 * 128 * 2 * 32  # K and V, 8 heads x 128, bf16, 32 layers
+    assert s.all_reduces_per_forward == 0
+
+
+def test_tensor_parallel_splits_weights_and_counts_collectives():
+    m = presets.models()["llama-3.1-70b"]
+    one, eight = target_stack(m, 1), target_stack(m, 8)
+    assert sum(g.bytes_per_gpu for g in eight.groups) == pytest.approx(sum(g.bytes_per_gpu for g in one.groups) / 8)
+    assert eight.all_reduces_per_forward == 2 * 80 + 1  # 2 per layer + the vocab-parallel embedding
+
+
+def test_mla_latent_cache_is_replicated_across_tp_ranks():
+    """MLA keeps one latent KV head (512 + 64 dims): 576 x 2 B x 61 layers on every rank."""
+    s = target_stack(presets.models()["kimi-k2.5"], tp=8)
+    assert s.kv_bytes_per_token_per_gpu == 70_272
+    assert s.all_reduces_per_forward == 123  # 2 x 61 + 1, as sglang.md counts for DeepSeek-style models
+
+
+def test_decode_forward_is_memory_bound_at_full_bandwidth():
+    gpu = presets.gpus()["h100-sxm"]
+    s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    fm = ForwardModel(s, gpu, Collectives(curve, 1, "nvlink"), IDEAL)
+    shape = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
+    cost = fm.cost(shape, context_tokens=0, attention_pairs=0)
+    expected_ms = 15_009_316_864 / 3.35e12 * 1e3  # bytes above / 3,350 GB/s
+    assert cost.compute_ms == pytest.approx(expected_ms)
+    assert cost.roofline_ms == pytest.approx(expected_ms)
+    assert cost.comm_ms == 0.0
+
+
+def test_large_batches_become_compute_bound():
+    gpu = presets.gpus()["h100-sxm"]
+    s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    fm = ForwardModel(s, gpu, Collectives(curve, 1, "nvlink"), IDEAL)
+    t = 8192
+    cost = fm.cost(ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False),
+                   0, 0)
+    flops = sum(g.flops_per_token for g in s.groups) * t
+    assert cost.compute_ms == pytest.approx(flops / 989e12 * 1e3)  # bf16 dense peak
+
+
+def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1024, 10.0), (5120, 30.0)], bus_bandwidth_gbps=40.0,
+                            source="test")
+    c = Collectives(curve, 8, "pcie")
+    assert c.all_reduce_us(100) == 10.0  # flat below the first point
+    assert c.all_reduce_us(3072) == pytest.approx(20.0)  # linear between points
+    extra = 1_000_000 - 5120
+    assert c.all_reduce_us(1_000_000) == pytest.approx(30.0 + extra * 2 * 7 / 8 / 40e9 * 1e6)
+    assert c.all_gather_us(2048) == c.all_reduce_us(1024)
+
+
+def test_all_reduce_latency_moves_with_gpu_count_by_ncclring_model():
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1024, 20.6)], source="test")
+    assert ring_latency_us(8, "pcie") == pytest.approx(20.6)
+    assert Collectives(curve, 4, "pcie").all_reduce_us(512) == pytest.approx(6.6 + 2 * 3 * 1.0)
+    assert Collectives(curve, 1, "pcie").all_reduce_us(512) == 0.0
+
+
+def test_eagle3_drafter_parameters_match_the_reference():
+    """hardware-and-models.md derives ~1.19B for the K2/K2.5 EAGLE-3 head and ~0.42B for Llama-3.1-8B's."""
+    d = presets.drafters()
+    assert eagle_stack(d["eagle3-kimi-k2.5"], 1).total_params / 1e9 == pytest.approx(1.19, abs=0.01)
+    assert eagle_stack(d["eagle3-llama-3.1-8b"], 1).total_params / 1e9 == pytest.approx(0.42, abs=0.01)
+
+
+def test_captured_batch_sizes_follow_sglang():
+    sizes = captured_batch_sizes(300)
+    assert sizes[:10] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12]
+    assert 32 in sizes and 34 not in sizes and 36 not in sizes and 40 in sizes and 44 in sizes
+    assert 72 in sizes and 80 in sizes and 256 in sizes and 264 not in sizes and 272 in sizes and 288 in sizes
+    assert max(sizes) <= 300
+
+
+def _resolved(small, **spec):
+    d = dict(small)
+    if spec:
+        d["speculative"] = spec
+        d["acceptance"] = {"accept_length": 1.5}
+    return resolve(parse_scenario(d, "t.yaml"), "t.yaml")
+
+
+def test_eagle_iteration_runs_num_steps_draft_passes(small):
+    """num_steps - 1 draft forwards + one draft extend: the draft costs num_steps passes of one layer."""
+    rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3, topk=1, num_draft_tokens=4)
+    m = IterationModel(rs)
+    plan = m._plan(1)
+    drafts = [row for row in plan if row[0]]
+    assert sum(row[1] for row in drafts) == 3
+    assert [row[2] for row in drafts] == [1, 4]  # topk tokens per step; extend padded to num_steps + 1 (v1)
+    verify = [row for row in plan if not row[0]]
+    assert len(verify) == 1 and verify[0][2] == 4  # one verify over num_draft_tokens per request
+
+
+def test_v2_workers_extend_over_num_draft_tokens(small):
+    small["server"] = {"tp": 1, "sglang_version": "0.5.23"}
+    rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3, topk=1, num_draft_tokens=4)
+    assert rs.spec_v2 and rs.overlap
+    extend = [row for row in IterationModel(rs)._plan(1) if row[0]][-1]
+    assert extend[2] == 4
+
+
+def test_ngram_has_no_draft_forward_and_pays_cpu(small):
+    rs = _resolved(small, algorithm="ngram", num_draft_tokens=8)
+    cost = IterationModel(rs).decode(4, 4 * 500)
+    assert cost.draft_compute_ms == 0.0 and cost.draft_comm_ms == 0.0
+    c = rs.coefficient
+    expected_cpu = c("scheduler_cpu_ms") + 4 * c("scheduler_cpu_per_request_ms") + c("spec_cpu_ms") + \
+        4 * c("ngram_cpu_per_request_us") / 1e3
+    assert cost.cpu_ms == pytest.approx(expected_cpu)  # 0.5.10: n-gram cannot overlap
+
+
+def test_overlap_hides_cpu_behind_the_gpu(small):
+    rs = _resolved(small)
+    assert rs.overlap
+    cost = IterationModel(rs).decode(1, 500)
+    gpu = cost.verify_compute_ms + cost.verify_comm_ms
+    cpu = rs.coefficient("scheduler_cpu_ms") + rs.coefficient("scheduler_cpu_per_request_ms")
+    assert cost.cpu_ms == pytest.approx(max(0.0, cpu - gpu))
+    off = dataclasses.replace(rs, overlap=False)
+    assert IterationModel(off).decode(1, 500).cpu_ms == pytest.approx(cpu)
+
+
+def test_verify_over_more_tokens_costs_more_on_moe():
+    """Verifying 12 tokens reads more distinct experts and sends 12x larger all-reduces than 4."""
+    from simspec.scenario.loader import load_scenario
+    from tests.conftest import SCENARIOS
+
+    four = IterationModel(load_scenario(SCENARIOS / "ngram_chain.yaml")).decode(1, 2000)
+    twelve = IterationModel(load_scenario(SCENARIOS / "ngram_tree.yaml")).decode(1, 2000)
+    assert twelve.verify_compute_ms > four.verify_compute_ms * 1.5
+    assert twelve.verify_comm_ms > four.verify_comm_ms
