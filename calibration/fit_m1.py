@@ -71,7 +71,8 @@ def fit() -> tuple[dict, dict]:
         ),
         "measured_on": {"gpu": "rtx-pro-6000-server", "interconnect": "pcie5-nccl", "tp": 8, "model": "kimi-k2.5"},
         "fitted_to": [
-            f"M1 no-speculation decode ~{BASELINE_TOK_S:g} tok/s at batch 1 (one step = {1000 / BASELINE_TOK_S:.2f} ms)",
+            f"M1 no-speculation decode ~{BASELINE_TOK_S:g} tok/s at batch 1"
+            f" (one step = {1000 / BASELINE_TOK_S:.2f} ms)",
             f"M1 verify step ~{VERIFY_STEP_MS:g} ms (EAGLE-3, assumed (3, 1, 4), batch 1, whole speculative step)",
         ],
         "provenance": {"date": str(date.today()), "host": "M1 box (published figures, not profiled by simspec)",

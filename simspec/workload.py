@@ -10,16 +10,20 @@ from simspec.scenario.schema import LengthDistribution, Workload
 
 
 def sample_lengths(d: LengthDistribution, n: int, rng: np.random.Generator) -> np.ndarray:
+    # the schema guarantees that each distribution has the parameters it needs
     if d.dist == "fixed":
+        assert d.value is not None
         raw = np.full(n, float(d.value))
     elif d.dist == "uniform":
+        assert d.low is not None and d.high is not None
         raw = rng.integers(d.low, d.high + 1, size=n).astype(float)
     elif d.dist == "normal":
+        assert d.mean is not None and d.std is not None
         raw = rng.normal(d.mean, d.std, size=n)
-    else:  # lognormal parameterised by its own mean and std, not the underlying normal's
-        mean, std = float(d.mean), float(d.std)
-        sigma2 = np.log1p((std / mean) ** 2)
-        raw = rng.lognormal(np.log(mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
+    else:  # lognormal, parameterised by its own mean and std, not the underlying normal's
+        assert d.mean is not None and d.std is not None
+        sigma2 = np.log1p((d.std / d.mean) ** 2)
+        raw = rng.lognormal(np.log(d.mean) - sigma2 / 2, np.sqrt(sigma2), size=n)
     return np.clip(np.rint(raw), d.min, d.max).astype(np.int64)
 
 

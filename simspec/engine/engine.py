@@ -58,6 +58,7 @@ class ServingEngine:
             for _ in range(min(concurrency, n)):
                 self._arrive()
         else:
+            assert specs.arrival_s is not None, "open-loop workloads carry arrival times"
             env.process(self._open_loop(specs.arrival_s))
         env.process(self._loop())
 

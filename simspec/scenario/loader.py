@@ -230,17 +230,15 @@ def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple
             if getattr(spec, k) is not None:
                 raise InputError("n-gram drafting has no draft steps or topk; set num_draft_tokens and"
                                  " speculative.ngram.*", file=file, key=f"speculative.{k}")
-        n = spec.num_draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
-        return 0, 0, n
-    triple = (spec.num_steps, spec.topk, spec.num_draft_tokens)
-    if all(v is None for v in triple):
+        return 0, 0, spec.num_draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
+    steps, topk, n = spec.num_steps, spec.topk, spec.num_draft_tokens
+    if steps is None and topk is None and n is None:
         llama_style = model.attention.kind == "gqa" and not model.num_routed_experts
         return LLAMA_STYLE_AUTO if llama_style else DEFAULT_AUTO
-    if any(v is None for v in triple):
-        missing = [k for k, v in zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True) if v is None]
+    if steps is None or topk is None or n is None:
+        missing = [k for k, v in (("num_steps", steps), ("topk", topk), ("num_draft_tokens", n)) if v is None]
         raise InputError("set all of num_steps, topk and num_draft_tokens, or none of them (SGLang's auto"
                          " default)", file=file, key=f"speculative.{missing[0]}")
-    steps, topk, n = triple  # type: ignore[misc]
     if topk == 1 and n != steps + 1:
         raise InputError(f"with topk 1 the draft is a chain: num_draft_tokens must be num_steps + 1 = {steps + 1}"
                          f" (got {n})", file=file, key="speculative.num_draft_tokens")

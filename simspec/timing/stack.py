@@ -64,11 +64,11 @@ def _fmt(name: str) -> tuple[float, str]:
 def _attention(att: MlaAttention | GqaAttention, h: int, tp: int) -> tuple[float, float, float, float]:
     """(replicated params, sharded params per GPU, KV bytes per token per GPU, attention FLOPs per pair)."""
     if isinstance(att, MlaAttention):
-        replicated = h * att.q_lora_rank + h * (att.kv_lora_rank + att.qk_rope_head_dim)
+        replicated = float(h * att.q_lora_rank + h * (att.kv_lora_rank + att.qk_rope_head_dim))
         sharded = (att.q_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.qk_rope_head_dim)
                    + att.kv_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.v_head_dim)
                    + att.num_heads * att.v_head_dim * h) / tp
-        kv = (att.kv_lora_rank + att.qk_rope_head_dim) * ACTIVATION_BYTES
+        kv = float((att.kv_lora_rank + att.qk_rope_head_dim) * ACTIVATION_BYTES)
         heads = att.num_heads / tp
         # absorbed MLA decode: QK over kv_lora + rope dims, PV over kv_lora dims, per local head
         flops = 2 * heads * (att.kv_lora_rank + att.qk_rope_head_dim) + 2 * heads * att.kv_lora_rank
