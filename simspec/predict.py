@@ -29,6 +29,9 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
     """Where every time-model figure came from."""
     out = {name: f"{c.value:g} ({c.source})" for name, c in rs.coefficients.items()}
     out["all_reduce"] = rs.all_reduce.source
+    if rs.profile is not None and rs.profile.draft_forward_ms is not None:
+        d = rs.profile.draft_forward_ms
+        out["draft_forward_ms"] = f"{d.value:g} (profile {rs.profile.name}: {d.source})"
     out["gpu"] = rs.gpu.source
     out["model"] = rs.model.source
     if rs.drafter is not None:

@@ -175,3 +175,18 @@ def test_verify_over_more_tokens_costs_more_on_moe():
     twelve = IterationModel(load_scenario(SCENARIOS / "ngram_tree.yaml")).decode(1, 2000)
     assert twelve.verify_compute_ms > four.verify_compute_ms * 1.5
     assert twelve.verify_comm_ms > four.verify_comm_ms
+
+
+def test_profiled_draft_forward_time_replaces_the_modelled_one(small, tmp_path):
+    import yaml
+
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "draft_forward_ms": {"value": 0.7,
+                                                                                    "source": "test"}}))
+    small["calibration"] = "p.yaml"
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"accept_length": 2.0}
+    rs = resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
+    cost = IterationModel(rs).decode(2, 1000)
+    assert cost.draft_compute_ms == pytest.approx(3 * 0.7)  # num_steps draft forwards
+    assert cost.draft_comm_ms == 0.0

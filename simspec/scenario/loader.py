@@ -382,6 +382,14 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     if spec.hypothetical_mtp_head and spec.algorithm != "mtp":
         raise InputError("hypothetical_mtp_head applies only to algorithm mtp", file=file,
                          key="speculative.hypothetical_mtp_head")
+    if "ngram" in spec.model_fields_set and spec.algorithm != "ngram":
+        raise InputError(f"n-gram settings apply only to algorithm ngram (this is {spec.algorithm})", file=file,
+                         key="speculative.ngram")
+    if spec.algorithm == "none":
+        for k in ("num_steps", "topk", "num_draft_tokens"):
+            if getattr(spec, k) is not None:
+                raise InputError("no speculation drafts nothing; remove it or set speculative.algorithm",
+                                 file=file, key=f"speculative.{k}")
 
     steps, topk, n = _tree_settings(sc, model, file)
     overlap, v2 = _overlap(sc, topk, file)

@@ -63,3 +63,6 @@ class Profile(_Strict):
     provenance: Provenance = Provenance()
     all_reduce: CollectiveCurve | None = None
     coefficients: dict[str, Coefficient] = Field(default_factory=dict)
+    draft_forward_ms: Coefficient | None = Field(
+        default=None, description="measured time of one draft forward (communication included); replaces the"
+                                  " modelled draft cost, which is then reported as draft compute")

@@ -102,10 +102,15 @@ class IterationModel:
                 forwards.append((self.draft, True, 1, self._extend_tokens, True))
             forwards.append((self.target, False, 1, self.n, False))
         rows = []
+        measured_draft = self.rs.profile.draft_forward_ms if self.rs.profile is not None else None
         for fm, is_draft, repeats, q, extend in forwards:
             shape = ForwardShape(num_seqs=pbs, tokens=pbs * q, real_seqs=bs, real_tokens=bs * q,
                                  logit_tokens=pbs * q, graph=graph, extend=extend)
-            rows.append((is_draft, repeats, q, bs) + fm.fixed_and_rates(shape))
+            compute, comm, roof, kv_rate, attn_rate, roof_kv_rate = fm.fixed_and_rates(shape)
+            if is_draft and measured_draft is not None:
+                # a profiled draft forward: its measured time replaces compute and communication alike
+                compute, comm, kv_rate, attn_rate = measured_draft.value, 0.0, 0.0, 0.0
+            rows.append((is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate, roof_kv_rate))
         plan = tuple(rows)
         self._plans[bs] = plan
         return plan
