@@ -17,7 +17,10 @@ EXIT_BAD_INPUT = 2
 
 
 def _fail(err: InputError) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # the message quotes user input (keys, file names, values): escape it so it is shown, never interpreted
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_BAD_INPUT)
 
 

@@ -64,6 +64,10 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
 
 
 def baseline_of(rs: ResolvedScenario) -> ResolvedScenario:
-    """The same scenario without speculation (same hardware, model, server, workload and seed)."""
-    sc = rs.scenario.model_copy(update={"speculative": Speculative(), "acceptance": None})
+    """The same scenario without speculation: same hardware, model, server, workload and seed, and the same
+    admission cap. SGLang lowers max_running_requests to 48 for speculation only; keeping the speculative
+    run's cap in the baseline compares per-request rates at the same batch sizes, so the speedup measures
+    speculation, not admission."""
+    server = rs.scenario.server.model_copy(update={"max_running_requests": rs.max_running_requests})
+    sc = rs.scenario.model_copy(update={"speculative": Speculative(), "acceptance": None, "server": server})
     return resolve(sc, rs.path)

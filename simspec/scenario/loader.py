@@ -86,6 +86,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start}); save it as UTF-8", file=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
     try:
@@ -217,7 +219,11 @@ def load_profile(path: Path, file_for_errors: str) -> Profile:
 
 def _lookup(table: dict[str, Any], name: str, what: str, file: str, key: str) -> Any:
     if name not in table:
-        raise InputError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}", file=file, key=key)
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(table), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InputError(f"unknown {what} {name!r}; {hint}known: {', '.join(sorted(table))}", file=file, key=key)
     return table[name]
 
 
@@ -425,6 +431,18 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                          f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
                          f" mem_fraction_static {sc.server.mem_fraction_static:g}); raise tp or pick a larger GPU",
                          file=file, key="model")
+    if profile is not None and profile.draft_forward_ms is not None:
+        if dstack is None:
+            raise InputError(f"the profile sets draft_forward_ms but algorithm {spec.algorithm} runs no draft model",
+                             file=profile_path, key="draft_forward_ms")
+        # a measured draft forward cannot beat reading the drafter's weights once at full bandwidth
+        floor_bytes = sum(g.bytes_per_gpu for g in dstack.groups if not g.extend_only)
+        floor_bytes += dstack.experts_per_token * dstack.expert_bytes_per_gpu * dstack.num_moe_layers
+        floor_ms = floor_bytes / (gpu.memory_bandwidth_gbps * 1e9) * 1e3
+        if profile.draft_forward_ms.value < floor_ms:
+            raise InputError(f"{profile.draft_forward_ms.value:g} ms is below the {floor_ms:.3f} ms it takes"
+                             f" {gpu.display_name} to read the drafter's weights once at full bandwidth; allowed:"
+                             f" >= {floor_ms:.3f}", file=profile_path, key="draft_forward_ms.value")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (dstack.kv_bytes_per_token_per_gpu if dstack else 0.0)
     kv_capacity = int((budget - weights) / kv_per_token)
     mrr = sc.server.max_running_requests
@@ -448,11 +466,13 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
 
 
 def _max_length(d: Any) -> int:
+    """The longest length a distribution can sample: samples are clipped to [min, max]."""
     if d.dist == "fixed":
-        return min(d.value, d.max)
+        return max(min(d.value, d.max), d.min)
     if d.dist == "uniform":
-        return min(d.high, d.max)
-    return d.max if d.max < 1_000_000 else int(d.mean + 6 * d.std)
+        return max(min(d.high, d.max), d.min)
+    assert d.mean is not None and d.std is not None
+    return min(d.max, int(d.mean + 6 * d.std))  # simulate() checks the lengths actually sampled
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> ResolvedScenario:

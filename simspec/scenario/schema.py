@@ -9,34 +9,38 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
 
 
+MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # unknown keys are errors, NaN and infinity are not numbers a scenario can mean
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Hardware(_Strict):
     gpu: str = Field(description="GPU preset name (simspec presets)")
-    num_gpus: int = Field(ge=1, le=64)
+    num_gpus: StrictInt = Field(ge=1, le=64)
     interconnect: str = Field(description="interconnect preset: link and collective implementation")
 
 
 class Server(_Strict):
     """SGLang server settings that change the time of an iteration."""
 
-    tp: int = Field(ge=1, le=64, description="tensor-parallel degree")
+    tp: StrictInt = Field(ge=1, le=64, description="tensor-parallel degree")
     sglang_version: str = Field(default="0.5.10", pattern=r"^0\.5\.\d+$")
     cuda_graph: bool = True
-    cuda_graph_max_bs: int = Field(default=160, ge=1, le=4096)
-    max_running_requests: int | None = Field(default=None, ge=1)
+    cuda_graph_max_bs: StrictInt = Field(default=160, ge=1, le=4096)
+    max_running_requests: StrictInt | None = Field(default=None, ge=1)
     overlap_schedule: Literal["auto", "on", "off"] = "auto"
     spec_v2: bool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
     mem_fraction_static: float = Field(default=0.85, gt=0.0, le=1.0)
-    chunked_prefill_size: int = Field(default=8192, ge=64)
+    chunked_prefill_size: StrictInt = Field(default=8192, ge=64)
 
     @property
     def version_minor_patch(self) -> tuple[int, int]:
@@ -48,11 +52,11 @@ class Server(_Strict):
 class NgramSettings(_Strict):
     """SGLang's --speculative-ngram-* flags (0.5.8 calls max_trie_depth branch_length)."""
 
-    min_bfs_breadth: int = Field(default=1, ge=1)
-    max_bfs_breadth: int = Field(default=10, ge=1)
-    max_trie_depth: int = Field(default=18, ge=2)
+    min_bfs_breadth: StrictInt = Field(default=1, ge=1)
+    max_bfs_breadth: StrictInt = Field(default=10, ge=1)
+    max_trie_depth: StrictInt = Field(default=18, ge=2)
     match_type: Literal["BFS", "PROB"] = "BFS"
-    capacity: int = Field(default=10_000_000, ge=1)
+    capacity: StrictInt = Field(default=10_000_000, ge=1)
 
     @model_validator(mode="after")
     def _breadth_order(self) -> NgramSettings:
@@ -68,9 +72,9 @@ class Speculative(_Strict):
     drafter: str | None = Field(
         default=None, description="eagle/eagle3: drafter preset; standalone: model preset of the draft model"
     )
-    num_steps: int | None = Field(default=None, ge=1, le=64)
-    topk: int | None = Field(default=None, ge=1, le=64)
-    num_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
+    num_steps: StrictInt | None = Field(default=None, ge=1, le=64)
+    topk: StrictInt | None = Field(default=None, ge=1, le=64)
+    num_draft_tokens: StrictInt | None = Field(default=None, ge=2, le=1024)
     ngram: NgramSettings = NgramSettings()
     hypothetical_mtp_head: bool = Field(
         default=False, description="model a trained NextN-style MTP head for a model that ships none"
@@ -93,7 +97,7 @@ class Acceptance(_Strict):
     positional_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None, min_length=1, description="tree: P(target token is the draft's rank-r candidate)"
     )
-    histogram: list[Annotated[float, Field(ge=0.0)]] | None = Field(
+    histogram: list[Annotated[float, Field(ge=0.0, le=1e15)]] | None = Field(
         default=None, min_length=1, description="verify steps that accepted k = 0, 1, ... drafts"
     )
     source: str | None = Field(default=None, description="where the figure comes from, or that it is assumed")
@@ -125,13 +129,13 @@ class LengthDistribution(_Strict):
     """
 
     dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
-    value: int | None = Field(default=None, ge=1)
-    low: int | None = Field(default=None, ge=1)
-    high: int | None = Field(default=None, ge=1)
-    mean: float | None = Field(default=None, gt=0)
-    std: float | None = Field(default=None, ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int = Field(default=1_000_000, ge=1)
+    value: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    low: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    high: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    mean: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    std: float | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    min: StrictInt = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: StrictInt = Field(default=MAX_TOKENS, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _params(self) -> LengthDistribution:
@@ -151,19 +155,19 @@ class ClosedLoop(_Strict):
     """`concurrency` clients, each sending its next request when the previous one finishes."""
 
     type: Literal["closed"]
-    concurrency: int = Field(ge=1, le=100_000)
+    concurrency: StrictInt = Field(ge=1, le=100_000)
 
 
 class Poisson(_Strict):
     """Open-loop Poisson arrivals."""
 
     type: Literal["poisson"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=1e-6, le=1e6)
 
 
 class Workload(_Strict):
     arrival: ClosedLoop | Poisson = Field(discriminator="type")
-    num_requests: int = Field(ge=1, le=10_000_000)
+    num_requests: StrictInt = Field(ge=1, le=10_000_000)
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
 
@@ -178,4 +182,4 @@ class Scenario(_Strict):
     acceptance: Acceptance | None = None
     workload: Workload
     calibration: str | None = Field(default=None, description="calibration profile YAML, relative to this file")
-    seed: int = Field(default=0, ge=0)
+    seed: StrictInt = Field(default=0, ge=0)

@@ -110,6 +110,7 @@ class IterationModel:
             if is_draft and measured_draft is not None:
                 # a profiled draft forward: its measured time replaces compute and communication alike
                 compute, comm, kv_rate, attn_rate = measured_draft.value, 0.0, 0.0, 0.0
+                roof, roof_kv_rate = min(roof, compute), 0.0  # the roofline stays a bound on every time
             rows.append((is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate, roof_kv_rate))
         plan = tuple(rows)
         self._plans[bs] = plan
