@@ -6,18 +6,16 @@ files or prints.
 
 from __future__ import annotations
 
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from simspec import presets
 from simspec.errors import InputError
 from simspec.scenario.profile import CollectiveCurve, Profile
+from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
 from simspec.scenario.schema import EAGLE_FAMILY, Scenario
 
 #  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set (sglang.md,
@@ -75,128 +73,6 @@ class ResolvedScenario:
 
     def coefficient(self, name: str) -> float:
         return self.coefficients[name].value
-
-
-# ----------------------------------------------------------------------------------------------- reading
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start}); save it as UTF-8", file=str(path)) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("must be a YAML mapping of keys to values", file=str(path))
-    return data
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
-    """Apply `key.path=value` overrides (value parsed as YAML) to a copy of the raw scenario mapping."""
-    import copy
-
-    out = copy.deepcopy(data)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise InputError(f"--set expects key.path=value, got {item!r}", file=file)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            raise InputError(f"--set value {raw!r} is not a valid YAML scalar", file=file, key=key) from None
-        node = out
-        parts = key.split(".")
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping", file=file, key=key)
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that holds the last key of `loc` (for listing allowed keys)."""
-    model: Any = root
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
-        if field is None:
-            # a discriminated-union tag in the location: pick the member with that tag
-            model = _union_member(model, part)
-            continue
-        model = _unwrap(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _unwrap(annotation: Any) -> Any:
-    args = typing.get_args(annotation)
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-        return models[0] if len(models) == 1 else tuple(models) if models else None
-    return annotation
-
-
-def _union_member(candidates: Any, tag: Any) -> Any:
-    if isinstance(candidates, tuple):
-        for member in candidates:
-            type_field = member.model_fields.get("type") or member.model_fields.get("kind")
-            if type_field is not None and tag in typing.get_args(type_field.annotation):
-                return member
-    return candidates
-
-
-def _key_path(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
-    parts: list[str] = []
-    model: Any = root
-    for part in loc:
-        if isinstance(part, str) and isinstance(model, tuple):
-            model = _union_member(model, part)  # skip the tag pydantic inserts for discriminated unions
-            continue
-        parts.append(str(part))
-        if isinstance(part, str) and isinstance(model, type) and issubclass(model, BaseModel):
-            field = model.model_fields.get(part)
-            model = _unwrap(field.annotation) if field is not None else None
-    return ".".join(parts)
-
-
-def validation_error(exc: ValidationError, file: str, root: type[BaseModel]) -> InputError:
-    """Turn pydantic's report into one InputError per the first problem, with allowed values spelled out."""
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = _key_path(loc, root)
-        if err["type"] == "extra_forbidden":
-            holder = _model_at(root, loc)
-            allowed = ", ".join(holder.model_fields) if holder else "see the schema"
-            lines.append((key, f"unknown key; allowed keys here: {allowed}"))
-        elif err["type"] == "missing":
-            lines.append((key, "required key is missing"))
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            if err["type"] not in ("model_type", "value_error") and not isinstance(got, dict | list):
-                msg = f"{msg} (got {got!r})"
-            lines.append((key, msg))
-    key, msg = lines[0]
-    more = f" (and {len(lines) - 1} more problem(s): " + "; ".join(f"{k}: {m}" for k, m in lines[1:]) + ")" \
-        if len(lines) > 1 else ""
-    return InputError(msg + more, file=file, key=key or None)
 
 
 def parse_scenario(data: dict[str, Any], file: str) -> Scenario:
