@@ -15,10 +15,3 @@ class InputError(Exception):
     def __str__(self) -> str:
         where = ": ".join(part for part in (self.file, self.key) if part)
         return f"{where}: {self.message}" if where else self.message
-
-    def located(self, file: str | None = None, key_prefix: str | None = None) -> InputError:
-        """The same error with a file name and/or a key prefix filled in."""
-        key = self.key
-        if key_prefix:
-            key = f"{key_prefix}.{key}" if key else key_prefix
-        return InputError(self.message, file=self.file or file, key=key)

@@ -52,7 +52,7 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
     arrival = sc.workload.arrival
     engine = ServingEngine(
         env, model or IterationModel(rs), specs, sampler, max_running=rs.max_running_requests,
-        kv_capacity_tokens=rs.kv_capacity_tokens, chunked_prefill_tokens=sc.server.chunked_prefill_size,
+        kv_capacity_tokens=rs.kv_capacity_tokens, chunked_prefill_tokens=rs.chunked_prefill_size,
         concurrency=arrival.concurrency if arrival.type == "closed" else None,
     )
     env.run(until=engine.done)

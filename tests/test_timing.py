@@ -110,11 +110,36 @@ def test_eagle3_drafter_parameters_match_the_reference():
 
 
 def test_captured_batch_sizes_follow_sglang():
-    sizes = captured_batch_sizes(300)
+    sizes = captured_batch_sizes(300, speculative=True)
     assert sizes[:10] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12]
     assert 32 in sizes and 34 not in sizes and 36 not in sizes and 40 in sizes and 44 in sizes
     assert 72 in sizes and 80 in sizes and 256 in sizes and 264 not in sizes and 272 in sizes and 288 in sizes
-    assert max(sizes) <= 300
+    assert sizes[-1] == 300  # cuda_graph_max_bs itself is always captured
+    plain = captured_batch_sizes(600, speculative=False)
+    assert plain[:7] == [1, 2, 4, 8, 12, 16, 24]
+    assert 496 in plain and 512 in plain and 544 in plain and 576 in plain and plain[-1] == 600
+
+
+def test_sglang_memory_tier_defaults(small):
+    """cuda_graph_max_bs and chunked_prefill_size follow GPU memory and tp (server_args, 0.5.10)."""
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")  # H100 80 GB, tp 1
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (256, 8192)
+    small["hardware"] = {"gpu": "b200", "num_gpus": 1, "interconnect": "nvlink5-nccl"}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (512, 16384)
+    small["hardware"] = {"gpu": "l40s", "num_gpus": 4, "interconnect": "pcie4-nccl"}
+    small["server"] = {"tp": 4}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (160, 4096)
+
+
+def test_max_running_requests_follow_sglang(small):
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    pool = max(min(int(rs.kv_capacity_tokens / 131072 * 512), 4096), 2048)
+    assert rs.max_running_requests == min(pool, rs.kv_capacity_tokens // 2)
+    small["speculative"] = {"algorithm": "ngram"}
+    small["acceptance"] = {"accept_length": 1.5}
+    assert resolve(parse_scenario(small, "t.yaml"), "t.yaml").max_running_requests == 48
 
 
 def _resolved(small, **spec):
@@ -129,20 +154,21 @@ def test_eagle_iteration_runs_num_steps_draft_passes(small):
     """num_steps - 1 draft forwards + one draft extend: the draft costs num_steps passes of one layer."""
     rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3, topk=1, num_draft_tokens=4)
     m = IterationModel(rs)
-    plan = m._plan(1)
-    drafts = [row for row in plan if row[0]]
-    assert sum(row[1] for row in drafts) == 3
-    assert [row[2] for row in drafts] == [1, 4]  # topk tokens per step; extend padded to num_steps + 1 (v1)
-    verify = [row for row in plan if not row[0]]
-    assert len(verify) == 1 and verify[0][2] == 4  # one verify over num_draft_tokens per request
+    plan = m.plan(1)
+    drafts = [f for f in plan if f.is_draft]
+    assert sum(f.repeats for f in drafts) == 3
+    assert [f.tokens_per_request for f in drafts] == [1, 4]  # topk per step; extend padded to num_steps + 1 (v1)
+    assert drafts[0].launch_ms == m.eff.forward_overhead_ms  # the two draft steps are one CUDA graph
+    verify = [f for f in plan if not f.is_draft]
+    assert len(verify) == 1 and verify[0].tokens_per_request == 4  # one verify over num_draft_tokens
 
 
 def test_v2_workers_extend_over_num_draft_tokens(small):
     small["server"] = {"tp": 1, "sglang_version": "0.5.23"}
     rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3, topk=1, num_draft_tokens=4)
     assert rs.spec_v2 and rs.overlap
-    extend = [row for row in IterationModel(rs)._plan(1) if row[0]][-1]
-    assert extend[2] == 4
+    extend = [f for f in IterationModel(rs).plan(1) if f.is_draft][-1]
+    assert extend.tokens_per_request == 4
 
 
 def test_ngram_has_no_draft_forward_and_pays_cpu(small):
@@ -177,16 +203,19 @@ def test_verify_over_more_tokens_costs_more_on_moe():
     assert twelve.verify_comm_ms > four.verify_comm_ms
 
 
-def test_profiled_draft_forward_time_replaces_the_modelled_one(small, tmp_path):
+def test_profiled_draft_step_time_replaces_the_modelled_steps(small, tmp_path):
+    """draft_forward_ms prices each of the num_steps - 1 draft steps; the draft extend stays modelled."""
     import yaml
 
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "draft_forward_ms": {"value": 0.7,
-                                                                                    "source": "test"}}))
-    small["calibration"] = "p.yaml"
     small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
                             "num_draft_tokens": 4}
     small["acceptance"] = {"accept_length": 2.0}
-    rs = resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
-    cost = IterationModel(rs).decode(2, 1000)
-    assert cost.draft_compute_ms == pytest.approx(3 * 0.7)  # num_steps draft forwards
-    assert cost.draft_comm_ms == 0.0
+    costs = []
+    for ms in (0.7, 1.7):
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "draft_forward_ms": {"value": ms,
+                                                                                        "source": "test"}}))
+        small["calibration"] = "p.yaml"
+        rs = resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
+        costs.append(IterationModel(rs).decode(2, 1000))
+    assert costs[1].draft_compute_ms - costs[0].draft_compute_ms == pytest.approx(2 * 1.0)  # 2 steps x 1 ms
+    assert costs[0].draft_compute_ms > 2 * 0.7  # plus the modelled extend

@@ -6,10 +6,11 @@ Accept length counts the bonus token, as SGLang does: accept_length = 1 + E[k].
 - chain_rates: conditional rates a_i = P(draft i accepted | drafts < i accepted); E[k] = sum_i prod_{j<=i} a_j.
 - cumulative_rates: marginal c_i = P(draft i accepted), as papers publish them; a_i = c_i / c_{i-1}.
 - positional_rates (EAGLE trees): p_r = P(the target's next token is the draft's rank-r candidate). The
-  tree keeps the num_draft_tokens - 1 nodes of highest path probability (prod of p_r along the path), at
-  most num_steps deep with topk children per node, as EAGLE's score-based selection does; the target then
-  walks down while its token is among the kept children. A wider tree accepts more at the cost of verifying
-  more tokens.
+  tree is grown as SGLang's EAGLE worker grows it: each draft step expands only the topk best nodes of the
+  previous step (a beam; select_top_k_tokens) into topk children each, and the final tree keeps the
+  num_draft_tokens - 1 candidates of highest path score (prod of p_r along the path, standing in for the
+  draft's own probabilities). The target then walks down while its token is among the kept children. A
+  wider tree accepts more at the cost of verifying more tokens.
 - histogram: SGLang's spec_accept_histogram (verify steps that accepted k drafts), normalised.
 """
 
@@ -64,25 +65,24 @@ def cumulative_to_conditional(cumulative: list[float]) -> list[float]:
 
 
 def tree_distribution(positional: list[float], num_steps: int, topk: int, num_nodes: int) -> np.ndarray:
-    """P(k accepted) for the best `num_nodes`-node tree (root excluded) built from positional rates."""
+    """P(k accepted) for the `num_nodes`-node tree (root excluded) that a topk-wide beam of num_steps steps
+    proposes, scored by positional rates."""
     p = list(positional[:topk]) + [0.0] * max(0, topk - len(positional))
-    # best-first selection of nodes by path probability (a node's value never exceeds its parent's,
-    # so the kept set is always a connected tree)
-    kept: dict[tuple[int, ...], float] = {}
-    heap: list[tuple[float, tuple[int, ...]]] = [(-p[r], (r,)) for r in range(topk)]
-    heapq.heapify(heap)
-    while heap and len(kept) < num_nodes:
-        negv, path = heapq.heappop(heap)
-        kept[path] = -negv
-        if len(path) < num_steps:
-            for r in range(topk):
-                heapq.heappush(heap, (negv * p[r], path + (r,)))
+    candidates: dict[tuple[int, ...], float] = {}
+    beam: list[tuple[tuple[int, ...], float]] = [((), 1.0)]
+    for _ in range(num_steps):
+        children = [(path + (r,), score * p[r]) for path, score in beam for r in range(topk)]
+        candidates.update(children)
+        beam = heapq.nlargest(topk, children, key=lambda c: c[1])
+    # ties broken by shallower first, then rank order, so a kept node's parent is always kept
+    order = sorted(candidates.items(), key=lambda c: (-c[1], len(c[0]), c[0]))
+    kept = dict(order[:num_nodes])
     # P(the walk ends at depth d): reach a kept node at depth d, then miss all of its kept children
     probs = np.zeros(num_steps + 1)
     probs[0] = 1.0 - sum(p[r] for r in range(topk) if (r,) in kept)
     for path, value in kept.items():
-        children = sum(p[r] for r in range(topk) if path + (r,) in kept)
-        probs[len(path)] += value * (1.0 - children)
+        children_p = sum(p[r] for r in range(topk) if path + (r,) in kept)
+        probs[len(path)] += value * (1.0 - children_p)
     return np.clip(probs, 0.0, None) / max(probs.sum(), 1e-300)
 
 

@@ -38,6 +38,16 @@ class GpuPreset(_Preset):
         return self.bf16_tflops
 
 
+def check_curve_points(points: list[tuple[float, float]]) -> None:
+    """An all-reduce curve: positive (bytes, us) pairs, sorted by size, whose time never falls as size grows."""
+    sizes = [s for s, _ in points]
+    times = [t for _, t in points]
+    if sizes != sorted(sizes) or any(s <= 0 or t <= 0 for s, t in points):
+        raise ValueError("points_bytes_us must be positive (bytes, us) pairs sorted by size")
+    if times != sorted(times):
+        raise ValueError("all-reduce time must not fall as the message grows")
+
+
 class InterconnectPreset(_Preset):
     link: Literal["pcie", "nvlink"]
     implementation: Literal["nccl", "custom"]
@@ -47,9 +57,7 @@ class InterconnectPreset(_Preset):
 
     @model_validator(mode="after")
     def _check_points(self) -> InterconnectPreset:
-        sizes = [s for s, _ in self.points_bytes_us]
-        if sizes != sorted(sizes) or any(t <= 0 or s <= 0 for s, t in self.points_bytes_us):
-            raise ValueError("points_bytes_us must be positive (bytes, us) pairs sorted by size")
+        check_curve_points(self.points_bytes_us)
         return self
 
 
@@ -83,6 +91,8 @@ class ModelWeights(BaseModel):
 
 
 class ModelPreset(_Preset):
+    architecture: str
+    context_length: int = Field(ge=1)
     num_layers: int = Field(ge=1)
     num_dense_layers: int = Field(ge=0)
     hidden_size: int = Field(ge=1)

@@ -6,6 +6,7 @@ files or prints.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,24 @@ from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
 from simspec.scenario.schema import EAGLE_FAMILY, Scenario
 
-#  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set (sglang.md,
-#  "Algorithms and flags"): (5, 4, 8) for Llama and Grok, (3, 1, 4) for DeepseekV3-style and most models.
-LLAMA_STYLE_AUTO = (5, 4, 8)
+#  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set
+#  (server_args.auto_choose_speculative_params, 0.5.10): (3, 1, 4) for STANDALONE whatever the model, (5, 4, 8)
+#  for the Llama and Grok architectures, (3, 1, 4) for DeepseekV3-style and all other models.
+WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+WIDE_TREE_AUTO = (5, 4, 8)
 DEFAULT_AUTO = (3, 1, 4)
+SUPPORTED_VERSIONS = ((5, 8), (5, 23))  # SGLang 0.5.8 through 0.5.23 (sglang.md)
+V2_DEFAULT_FROM = (5, 23)  # v2 speculative workers (and overlap) are the default from 0.5.23 (sglang.md)
+
+# SGLang's defaults by GPU memory (server_args._handle_gpu_memory_settings, 0.5.10): GPU memory in MiB below
+# which (chunked_prefill_size, cuda_graph_max_bs if tp < 4, cuda_graph_max_bs if tp >= 4) apply
+MEMORY_TIERS_MIB = (
+    (20 * 1024, (2048, 8, 8)),
+    (35 * 1024, (2048, 24, 80)),
+    (60 * 1024, (4096, 32, 160)),
+    (160 * 1024, (8192, 256, 512)),
+    (float("inf"), (16384, 512, 512)),
+)
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NGRAM (sglang.md)
 SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
 
@@ -53,6 +68,8 @@ class ResolvedScenario:
     spec_v2: bool
     max_running_requests: int
     kv_capacity_tokens: int
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
 
     @property
     def algorithm(self) -> str:
@@ -82,7 +99,7 @@ def parse_scenario(data: dict[str, Any], file: str) -> Scenario:
         raise validation_error(exc, file, Scenario) from None
 
 
-def load_profile(path: Path, file_for_errors: str) -> Profile:
+def load_profile(path: Path) -> Profile:
     data = read_yaml(path)
     try:
         return Profile.model_validate(data)
@@ -95,8 +112,6 @@ def load_profile(path: Path, file_for_errors: str) -> Profile:
 
 def _lookup(table: dict[str, Any], name: str, what: str, file: str, key: str) -> Any:
     if name not in table:
-        import difflib
-
         close = difflib.get_close_matches(str(name), list(table), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise InputError(f"unknown {what} {name!r}; {hint}known: {', '.join(sorted(table))}", file=file, key=key)
@@ -115,8 +130,9 @@ def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple
         return 0, 0, spec.num_draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
     steps, topk, n = spec.num_steps, spec.topk, spec.num_draft_tokens
     if steps is None and topk is None and n is None:
-        llama_style = model.attention.kind == "gqa" and not model.num_routed_experts
-        return LLAMA_STYLE_AUTO if llama_style else DEFAULT_AUTO
+        if spec.algorithm != "standalone" and model.architecture in WIDE_TREE_ARCHITECTURES:
+            return WIDE_TREE_AUTO
+        return DEFAULT_AUTO
     if steps is None or topk is None or n is None:
         missing = [k for k, v in (("num_steps", steps), ("topk", topk), ("num_draft_tokens", n)) if v is None]
         raise InputError("set all of num_steps, topk and num_draft_tokens, or none of them (SGLang's auto"
@@ -138,7 +154,7 @@ def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple
 def _overlap(sc: Scenario, topk: int, file: str) -> tuple[bool, bool]:
     """(overlap scheduling on, v2 workers) as SGLang decides them for this version (sglang.md)."""
     srv, alg = sc.server, sc.speculative.algorithm
-    new = srv.version_minor_patch >= (5, 23)
+    new = srv.version_minor_patch >= V2_DEFAULT_FROM
     if alg == "none":
         supported, v2 = True, False
     elif alg == "ngram":
@@ -225,6 +241,10 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     from simspec.timing.stack import draft_stack, target_stack  # timing has no scenario imports: no cycle
 
     file = path
+    low, high = SUPPORTED_VERSIONS
+    if not low <= sc.server.version_minor_patch <= high:
+        raise InputError(f"SGLang {sc.server.sglang_version} is not modelled; allowed: 0.{low[0]}.{low[1]} through"
+                         f" 0.{high[0]}.{high[1]}", file=file, key="server.sglang_version")
     gpu = _lookup(presets.gpus(), sc.hardware.gpu, "GPU preset", file, "hardware.gpu")
     ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
                  "hardware.interconnect")
@@ -285,7 +305,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         if not profile_path_obj.exists():
             raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
                              file=file, key="calibration")
-        profile = load_profile(profile_path_obj, file)
+        profile = load_profile(profile_path_obj)
         _check_profile_matches(sc, profile, file)
     coefficients = _coefficients(profile, profile_path, file)
 
@@ -307,10 +327,8 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                          f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
                          f" mem_fraction_static {sc.server.mem_fraction_static:g}); raise tp or pick a larger GPU",
                          file=file, key="model")
-    if profile is not None and profile.draft_forward_ms is not None:
-        if dstack is None:
-            raise InputError(f"the profile sets draft_forward_ms but algorithm {spec.algorithm} runs no draft model",
-                             file=profile_path, key="draft_forward_ms")
+    # a profile describes a box: its draft step time simply does not apply to setups without a draft model
+    if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
         # a measured draft forward cannot beat reading the drafter's weights once at full bandwidth
         floor_bytes = sum(g.bytes_per_gpu for g in dstack.groups if not g.extend_only)
         floor_bytes += dstack.experts_per_token * dstack.expert_bytes_per_gpu * dstack.num_moe_layers
@@ -321,16 +339,19 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                              f" >= {floor_ms:.3f}", file=profile_path, key="draft_forward_ms.value")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (dstack.kv_bytes_per_token_per_gpu if dstack else 0.0)
     kv_capacity = int((budget - weights) / kv_per_token)
-    mrr = sc.server.max_running_requests
-    if mrr is None:
-        # SGLang's scheduler otherwise caps running requests at max_total_num_tokens // 2
-        mrr = SPEC_DEFAULT_MAX_RUNNING if spec.algorithm != "none" else max(1, kv_capacity // 2)
+    mrr = _max_running_requests(sc.server.max_running_requests, spec.algorithm != "none", kv_capacity,
+                                model.context_length)
+    chunk, graph_bs = _memory_tier_defaults(gpu, tp)
+    if sc.server.chunked_prefill_size is not None:
+        chunk = sc.server.chunked_prefill_size
+    if sc.server.cuda_graph_max_bs is not None:
+        graph_bs = sc.server.cuda_graph_max_bs
 
     resolved = ResolvedScenario(
         scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,
         draft_model=draft_model, profile=profile, coefficients=coefficients, num_steps=steps, topk=topk,
         num_draft_tokens=n, overlap=overlap, spec_v2=v2, max_running_requests=mrr,
-        kv_capacity_tokens=kv_capacity,
+        kv_capacity_tokens=kv_capacity, chunked_prefill_size=chunk, cuda_graph_max_bs=graph_bs,
     )
     _check_acceptance(sc, resolved.max_accepted_drafts, file)
     wl = sc.workload
@@ -339,6 +360,27 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         raise InputError(f"one request can hold {longest} tokens but the KV cache holds {kv_capacity} per GPU;"
                          " lower the workload's max lengths or free memory", file=file, key="workload")
     return resolved
+
+
+def _max_running_requests(requested: int | None, speculative: bool, kv_capacity: int, context_length: int) -> int:
+    """SGLang's cap on running requests (model_runner_kv_cache_mixin._resolve_max_num_reqs, 0.5.10): a pool of
+    capacity / context_length x 512 requests, clamped to [2048, 4096]; without a user setting also at most
+    capacity // 2. Speculation sets 48 unless the user set it (server_args)."""
+    pool = max(min(int(kv_capacity / context_length * 512), 4096), 2048)
+    if requested is None and speculative:
+        requested = SPEC_DEFAULT_MAX_RUNNING
+    if requested is not None:
+        return max(1, min(requested, pool))
+    return max(1, min(pool, kv_capacity // 2))
+
+
+def _memory_tier_defaults(gpu: presets.GpuPreset, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for this GPU's memory and TP degree."""
+    mib = gpu.memory_gb * 1e9 / 2**20
+    for limit, (chunk, small_tp, large_tp) in MEMORY_TIERS_MIB:
+        if mib < limit:
+            return chunk, small_tp if tp < 4 else large_tp
+    raise AssertionError("the last tier has no upper limit")
 
 
 def _max_length(d: Any) -> int:

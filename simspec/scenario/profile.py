@@ -7,14 +7,13 @@ simspec/presets/defaults.yaml (coefficients), and the prediction reports which s
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from simspec.presets import check_curve_points
+from simspec.scenario.schema import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class CollectiveCurve(_Strict):
+class CollectiveCurve(StrictModel):
     """All-reduce time against message size, measured on `measured_gpus` GPUs (see timing/collectives.py)."""
 
     measured_gpus: int = Field(ge=2)
@@ -23,29 +22,24 @@ class CollectiveCurve(_Strict):
     source: str
 
     @model_validator(mode="after")
-    def _sorted(self) -> CollectiveCurve:
-        sizes = [s for s, _ in self.points_bytes_us]
-        if sizes != sorted(sizes) or any(s <= 0 or t <= 0 for s, t in self.points_bytes_us):
-            raise ValueError("points_bytes_us must be positive (bytes, us) pairs sorted by size")
-        times = [t for _, t in self.points_bytes_us]
-        if times != sorted(times):
-            raise ValueError("all-reduce time must not fall as the message grows")
+    def _check_points(self) -> CollectiveCurve:
+        check_curve_points(self.points_bytes_us)
         return self
 
 
-class Coefficient(_Strict):
+class Coefficient(StrictModel):
     value: float = Field(ge=0)
     source: str
 
 
-class Provenance(_Strict):
+class Provenance(StrictModel):
     date: str | None = None
     host: str | None = None
     sglang_version: str | None = None
     method: str | None = None
 
 
-class MeasuredOn(_Strict):
+class MeasuredOn(StrictModel):
     """The box a profile was measured on. A scenario that points at the profile must match it, or the
     profile's collective curve would silently describe different hardware."""
 
@@ -55,7 +49,7 @@ class MeasuredOn(_Strict):
     model: str | None = None
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     name: str
     description: str = ""
     measured_on: MeasuredOn | None = None
@@ -64,5 +58,6 @@ class Profile(_Strict):
     all_reduce: CollectiveCurve | None = None
     coefficients: dict[str, Coefficient] = Field(default_factory=dict)
     draft_forward_ms: Coefficient | None = Field(
-        default=None, description="measured time of one draft forward (communication included); replaces the"
-                                  " modelled draft cost, which is then reported as draft compute")
+        default=None, description="measured time of one draft step forward (communication and launch included);"
+                                  " replaces the modelled draft steps, reported as draft compute. The draft"
+                                  " extend stays modelled.")

@@ -18,29 +18,33 @@ EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
 MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
 
 
-class _Strict(BaseModel):
-    # unknown keys are errors, NaN and infinity are not numbers a scenario can mean
+class StrictModel(BaseModel):
+    """Base of every user-facing file schema: unknown keys are errors, NaN and infinity are not numbers."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class Hardware(_Strict):
+
+class Hardware(StrictModel):
     gpu: str = Field(description="GPU preset name (simspec presets)")
     num_gpus: StrictInt = Field(ge=1, le=64)
     interconnect: str = Field(description="interconnect preset: link and collective implementation")
 
 
-class Server(_Strict):
+class Server(StrictModel):
     """SGLang server settings that change the time of an iteration."""
 
     tp: StrictInt = Field(ge=1, le=64, description="tensor-parallel degree")
     sglang_version: str = Field(default="0.5.10", pattern=r"^0\.5\.\d+$")
     cuda_graph: bool = True
-    cuda_graph_max_bs: StrictInt = Field(default=160, ge=1, le=4096)
+    cuda_graph_max_bs: StrictInt | None = Field(default=None, ge=1, le=4096,
+                                                description="None = SGLang's default for the GPU memory and tp")
     max_running_requests: StrictInt | None = Field(default=None, ge=1)
     overlap_schedule: Literal["auto", "on", "off"] = "auto"
     spec_v2: bool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
     mem_fraction_static: float = Field(default=0.85, gt=0.0, le=1.0)
-    chunked_prefill_size: StrictInt = Field(default=8192, ge=64)
+    chunked_prefill_size: StrictInt | None = Field(default=None, ge=64,
+                                                   description="None = SGLang's default for the GPU memory")
 
     @property
     def version_minor_patch(self) -> tuple[int, int]:
@@ -49,8 +53,12 @@ class Server(_Strict):
         return int(m.group(1)), int(m.group(2))
 
 
-class NgramSettings(_Strict):
-    """SGLang's --speculative-ngram-* flags (0.5.8 calls max_trie_depth branch_length)."""
+class NgramSettings(StrictModel):
+    """SGLang's --speculative-ngram-* flags (0.5.8 calls max_trie_depth branch_length).
+
+    Validated and recorded, but they change no duration: an n-gram verify always covers num_draft_tokens per
+    request, however the trie matched. They shape acceptance, which the scenario's acceptance section gives
+    (n-gram replay over real outputs will derive it from them)."""
 
     min_bfs_breadth: StrictInt = Field(default=1, ge=1)
     max_bfs_breadth: StrictInt = Field(default=10, ge=1)
@@ -67,7 +75,7 @@ class NgramSettings(_Strict):
         return self
 
 
-class Speculative(_Strict):
+class Speculative(StrictModel):
     algorithm: Algorithm = "none"
     drafter: str | None = Field(
         default=None, description="eagle/eagle3: drafter preset; standalone: model preset of the draft model"
@@ -81,7 +89,7 @@ class Speculative(_Strict):
     )
 
 
-class Acceptance(_Strict):
+class Acceptance(StrictModel):
     """How many drafted tokens the target accepts. Exactly one of the figures is given.
 
     accept_length counts the bonus token, as SGLang does: 1.0 means no gain.
@@ -122,7 +130,7 @@ class Acceptance(_Strict):
         return self
 
 
-class LengthDistribution(_Strict):
+class LengthDistribution(StrictModel):
     """Token-length distribution: fixed, uniform [low, high], normal(mean, std) or lognormal(mean, std).
 
     Samples are rounded and clipped to [min, max].
@@ -151,28 +159,28 @@ class LengthDistribution(_Strict):
         return self
 
 
-class ClosedLoop(_Strict):
+class ClosedLoop(StrictModel):
     """`concurrency` clients, each sending its next request when the previous one finishes."""
 
     type: Literal["closed"]
     concurrency: StrictInt = Field(ge=1, le=100_000)
 
 
-class Poisson(_Strict):
+class Poisson(StrictModel):
     """Open-loop Poisson arrivals."""
 
     type: Literal["poisson"]
     rate_per_s: float = Field(ge=1e-6, le=1e6)
 
 
-class Workload(_Strict):
+class Workload(StrictModel):
     arrival: ClosedLoop | Poisson = Field(discriminator="type")
     num_requests: StrictInt = Field(ge=1, le=10_000_000)
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
 
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     name: str
     description: str = ""
     hardware: Hardware

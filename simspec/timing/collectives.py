@@ -2,9 +2,10 @@
 
 Between measured points the time is linear; below the first point it is flat (latency-bound); above the
 last point it grows by the ring bandwidth term 2(p-1)/p * n / busbw (nccl-tests' bus-bandwidth definition).
-A curve measured on p_ref GPUs is moved to p GPUs by NCCL's own ring-latency model,
-baseLat + 2(p-1) hwLat with the LL protocol's baseLat 6.6 us and hwLat 0.6 us (NVLink) or 1.0 us (PCIe)
-(NCCL tuning model, shared/reference/hardware-and-models.md).
+A curve measured on p_ref GPUs is moved to p GPUs in two parts: its small-message time (the first point) by
+NCCL's own ring-latency model, baseLat + 2(p-1) hwLat with the LL protocol's baseLat 6.6 us and hwLat
+0.6 us (NVLink) or 1.0 us (PCIe), and what larger messages add on top by the ring's bandwidth factor
+2(p-1)/p (NCCL tuning model, shared/reference/hardware-and-models.md).
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ class Collectives:
 
     def __init__(self, curve: CollectiveCurve, tp: int, link: str):
         self.tp = tp
-        scale = ring_latency_us(tp, link) / ring_latency_us(curve.measured_gpus, link) if tp > 1 else 0.0
+        p_ref = curve.measured_gpus
+        latency_scale = ring_latency_us(tp, link) / ring_latency_us(p_ref, link) if tp > 1 else 0.0
+        bandwidth_scale = (2 * (tp - 1) / tp) / (2 * (p_ref - 1) / p_ref) if tp > 1 else 0.0
         self._sizes = [float(s) for s, _ in curve.points_bytes_us]
-        self._times = [float(t) * scale for _, t in curve.points_bytes_us]
+        base = float(curve.points_bytes_us[0][1])
+        self._times = [base * latency_scale + (float(t) - base) * bandwidth_scale for _, t in curve.points_bytes_us]
         if curve.bus_bandwidth_gbps:
             self._tail_us_per_byte = 2 * (tp - 1) / tp / (curve.bus_bandwidth_gbps * 1e9) * 1e6 if tp > 1 else 0.0
         elif len(self._sizes) > 1:

@@ -87,7 +87,9 @@ class ForwardModel:
         for g in st.groups:
             if g.extend_only and not shape.extend:
                 continue
-            compute += self._time(g.bytes_per_gpu, g.flops_per_token * shape.tokens, g.compute)
+            # SGLang prunes hidden states before the LM head to the tokens whose logits it needs
+            tokens = shape.logit_tokens if g.name == "lm_head" else shape.tokens
+            compute += self._time(g.bytes_per_gpu, g.flops_per_token * tokens, g.compute)
             roof += g.bytes_per_gpu / self._bw
         if st.num_moe_layers:
             n = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
@@ -96,7 +98,7 @@ class ForwardModel:
             compute += self._time(nbytes, st.expert_flops_per_token * shape.tokens, st.expert_compute)
             roof += nbytes / self._bw
         per_layer_us = eff.layer_overhead_graph_us if shape.graph else eff.layer_overhead_eager_us
-        compute += (eff.forward_overhead_ms * 1e3 + per_layer_us * st.num_layers) * 1e-6
+        compute += per_layer_us * st.num_layers * 1e-6  # launch gaps; the per-launch overhead is the caller's
         comm_us = 0.0
         if st.tp > 1:
             comm_us = st.all_reduces_per_forward * self.collectives.all_reduce_us(
@@ -108,15 +110,17 @@ class ForwardModel:
 
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
-        roofline ms per context token): the cost of `shape` as a function of its context, for hot loops."""
+        roofline ms per context token): the cost of `shape` as a function of its context, for hot loops.
+        Excludes the per-launch overhead, which the caller charges once per CUDA-graph replay."""
         compute, comm, roof = self._weights(shape)
         return (compute * 1e3, comm * 1e3, roof * 1e3, self._kv_s_per_token * 1e3, self._attn_s_per_pair * 1e3,
                 self._kv_roof_s_per_token * 1e3)
 
     def cost(self, shape: ForwardShape, context_tokens: float, attention_pairs: float) -> ForwardCost:
-        """context_tokens: KV entries read (summed over sequences); attention_pairs: sum over sequences of
-        query tokens x context tokens attended."""
+        """One forward launched on its own (its per-launch overhead included). context_tokens: KV entries read
+        (summed over sequences); attention_pairs: sum over sequences of query tokens x context tokens attended."""
         compute, comm, roof = self._weights(shape)
+        compute += self.eff.forward_overhead_ms * 1e-3
         compute += max(context_tokens * self._kv_s_per_token, attention_pairs * self._attn_s_per_pair)
         roof += context_tokens * self._kv_roof_s_per_token
         return ForwardCost(compute * 1e3, comm * 1e3, roof * 1e3)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
@@ -42,11 +43,34 @@ class IterationCost:
 BREAKDOWN_KEYS = ("draft_compute", "draft_comm", "verify_compute", "verify_comm", "cpu")
 
 
-def captured_batch_sizes(max_bs: int) -> list[int]:
-    """SGLang's CUDA-graph batch sizes: 1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16."""
-    sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
-    sizes += list(range(272, max(max_bs, 272) + 1, 16))
-    return [s for s in sizes if s <= max_bs]
+class PlannedForward(NamedTuple):
+    """One kind of forward in a decode iteration at a fixed batch size, as a function of the context."""
+
+    is_draft: bool
+    repeats: int  # forwards of this kind per iteration
+    tokens_per_request: int
+    requests: int
+    compute_ms: float  # one forward, excluding attention over the KV cache and the launch overhead
+    comm_ms: float  # one forward
+    roofline_ms: float  # one forward, excluding the KV cache
+    kv_ms_per_token: float
+    attention_ms_per_pair: float
+    roofline_ms_per_token: float
+    launch_ms: float  # all `repeats` forwards together
+
+
+def captured_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
+    """SGLang's CUDA-graph batch sizes (server_args._generate_cuda_graph_batch_sizes, 0.5.10), always including
+    max_bs. Speculative: 1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16. Otherwise: 1, 2, 4, 8,
+    12, 16-256 step 8, 272-496 step 16, then step 32 from 512."""
+    if speculative:
+        sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+        sizes += list(range(272, max_bs + 1, 16))
+    else:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16))
+        sizes += list(range(512, max_bs + 1, 32))
+    sizes = [s for s in sizes if s <= max_bs]
+    return sizes if max_bs in sizes else sorted(sizes + [max_bs])
 
 
 class IterationModel:
@@ -64,14 +88,15 @@ class IterationModel:
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp)
         self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self.eff) if dstack else None
         srv = rs.scenario.server
-        self._graph_sizes = captured_batch_sizes(srv.cuda_graph_max_bs) if srv.cuda_graph else []
+        self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative) if srv.cuda_graph else []
+        self._launch_ms = self.eff.forward_overhead_ms
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
         self._ngram_ms_per_req = c("ngram_cpu_per_request_us") / 1e3
         self.steps, self.topk, self.n = rs.num_steps, rs.topk, rs.num_draft_tokens
         self._extend_tokens = self.n if rs.spec_v2 else self.steps + 1
-        self._plans: dict[int, tuple[tuple, ...]] = {}
+        self._plans: dict[int, tuple[PlannedForward, ...]] = {}
 
     # ----------------------------------------------------------------------------------------- helpers
     def padded(self, bs: int) -> tuple[int, bool]:
@@ -85,33 +110,39 @@ class IterationModel:
         cpu = self._sched_ms + self._sched_per_req_ms * bs + extra_ms
         return max(0.0, cpu - gpu_ms) if self.rs.overlap else cpu
 
-    def _plan(self, bs: int) -> tuple[tuple, ...]:
-        """The forwards of one decode iteration at batch size bs, each as
-        (is_draft, repeats, q, seqs, compute, comm, roof, kv_rate, attn_rate, roof_kv_rate), cached per bs."""
+    def plan(self, bs: int) -> tuple[PlannedForward, ...]:
+        """The forwards of one decode iteration at batch size bs, cached per bs. SGLang replays the
+        num_steps - 1 draft forwards as ONE CUDA graph (EAGLEDraftCudaGraphRunner), the draft extend and the
+        verify as one graph each, so a graph pays one launch overhead however many forwards it holds."""
         plan = self._plans.get(bs)
         if plan is not None:
             return plan
         pbs, graph = self.padded(bs)
-        forwards: list[tuple[ForwardModel, bool, int, int, bool]] = []  # model, is_draft, repeats, q, extend
+        # model, is_draft, repeats, tokens per request, logits per request, extend
+        forwards: list[tuple[ForwardModel, bool, int, int, int, bool]] = []
         if not self.rs.speculative:
-            forwards.append((self.target, False, 1, 1, False))
+            forwards.append((self.target, False, 1, 1, 1, False))
         else:
             if self.draft is not None:
                 if self.steps > 1:
-                    forwards.append((self.draft, True, self.steps - 1, self.topk, False))
-                forwards.append((self.draft, True, 1, self._extend_tokens, True))
-            forwards.append((self.target, False, 1, self.n, False))
+                    forwards.append((self.draft, True, self.steps - 1, self.topk, self.topk, False))
+                # v1 keeps only each request's last position for the extend's logits; v2 keeps them all
+                q = self._extend_tokens
+                forwards.append((self.draft, True, 1, q, q if self.rs.spec_v2 else 1, True))
+            forwards.append((self.target, False, 1, self.n, self.n, False))
         rows = []
         measured_draft = self.rs.profile.draft_forward_ms if self.rs.profile is not None else None
-        for fm, is_draft, repeats, q, extend in forwards:
+        for fm, is_draft, repeats, q, logits, extend in forwards:
             shape = ForwardShape(num_seqs=pbs, tokens=pbs * q, real_seqs=bs, real_tokens=bs * q,
-                                 logit_tokens=pbs * q, graph=graph, extend=extend)
+                                 logit_tokens=pbs * logits, graph=graph, extend=extend)
             compute, comm, roof, kv_rate, attn_rate, roof_kv_rate = fm.fixed_and_rates(shape)
-            if is_draft and measured_draft is not None:
-                # a profiled draft forward: its measured time replaces compute and communication alike
-                compute, comm, kv_rate, attn_rate = measured_draft.value, 0.0, 0.0, 0.0
-                roof, roof_kv_rate = min(roof, compute), 0.0  # the roofline stays a bound on every time
-            rows.append((is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate, roof_kv_rate))
+            launch = self._launch_ms * (1 if graph else repeats)
+            if is_draft and not extend and measured_draft is not None:
+                # a profiled draft step: its measured time replaces compute, communication and launch alike
+                compute, comm, kv_rate, attn_rate, launch = measured_draft.value, 0.0, 0.0, 0.0, 0.0
+                roof, roof_kv_rate = min(roof, compute), 0.0  # keep the roofline a bound on the modelled time
+            rows.append(PlannedForward(is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate,
+                                       roof_kv_rate, launch))
         plan = tuple(rows)
         self._plans[bs] = plan
         return plan
@@ -121,16 +152,17 @@ class IterationModel:
         """One decode iteration of `bs` running requests whose contexts sum to context_sum tokens: a plain
         decode forward, or draft -> verify for a speculative algorithm."""
         d_compute = d_comm = v_compute = v_comm = roof = 0.0
-        for is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate in self._plan(bs):
+        for (is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate,
+             launch) in self.plan(bs):
             kv_tokens = context_sum + seqs * q
             pairs = q * context_sum + seqs * q * (q + 1) / 2  # causal: each new token sees the ones before
             compute += kv_tokens * kv_rate if kv_tokens * kv_rate > pairs * attn_rate else pairs * attn_rate
             froof += kv_tokens * roof_kv_rate
             if is_draft:
-                d_compute += repeats * compute
+                d_compute += repeats * compute + launch
                 d_comm += repeats * comm
             else:
-                v_compute += compute
+                v_compute += compute + launch
                 v_comm += comm
             roof += repeats * froof
         extra = 0.0

@@ -141,14 +141,19 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
         shard1 += (d.num_heads + 2 * d.num_kv_heads) * d.head_dim * h
     mlp = 3 * h * d.intermediate_size / tp
     head = d.draft_vocab_size * h / tp
-    fc = d.fc_input_multiplier * h * h  # a plain (replicated) linear layer in SGLang's EAGLE heads
+    fc = d.fc_input_multiplier * h * h  # a plain (replicated) nn.Linear in SGLang's EAGLE heads
+    eagle3 = d.algorithm == "eagle3"
     groups = (
         WeightGroup("attention", shard * b, 2 * shard, c),
         WeightGroup("dense_mlp", mlp * b, 2 * mlp, c),
         WeightGroup("lm_head", head * b, 2 * head, c),
-        WeightGroup("fc", fc * b, 2 * fc, c, extend_only=True),
+        # EAGLE-3 applies fc only where 3h-wide target hidden states come in (llama_eagle3.py: the extend);
+        # EAGLE-1/2 apply fc(cat(embedding, hidden)) on every forward (llama_eagle.py)
+        WeightGroup("fc", fc * b, 2 * fc, c, extend_only=eagle3),
     )
     stored = sum(g.bytes_per_gpu for g in groups)
+    if not eagle3:  # EAGLE-1/2 heads share the target's LM head (eagle_worker set_embed_and_head)
+        stored -= head * b
     total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
     return Stack(
         name=d.display_name, tp=tp, num_layers=1, hidden_size=h, logits_vocab=d.draft_vocab_size,
