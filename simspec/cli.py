@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simspec import __version__
@@ -17,8 +18,6 @@ EXIT_BAD_INPUT = 2
 
 
 def _fail(err: InputError) -> None:
-    from rich.markup import escape
-
     # the message quotes user input (keys, file names, values): escape it so it is shown, never interpreted
     Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_BAD_INPUT)
@@ -58,7 +57,7 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
         t.add_column("figure")
         t.add_column("value and source")
         for k, v in result["sources"].items():
-            t.add_row(k, v)
+            t.add_row(escape(k), escape(v))
         console.print(t)
 
 
@@ -86,7 +85,7 @@ def presets(as_json: bool) -> None:
         t.add_column("what")
         t.add_column("source")
         for name, preset in items.items():
-            t.add_row(name, preset.display_name, preset.source)
+            t.add_row(escape(name), escape(preset.display_name), escape(preset.source))
         console.print(t)
 
 

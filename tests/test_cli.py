@@ -68,3 +68,14 @@ def test_presets_lists_every_kind():
     cat = json.loads(res.output)
     assert "kimi-k2.5" in cat["models"] and "rtx-pro-6000-server" in cat["gpus"]
     assert cat["gpus"]["h100-sxm"]["memory_bandwidth_gbps"] == 3350
+
+
+def test_names_from_user_files_are_printed_literally(tmp_path, small):
+    """Scenario names and sources go through rich: brackets must be shown, never read as markup."""
+    small["name"] = "[/x] odd [red]name"
+    small["speculative"] = {"algorithm": "ngram"}
+    small["acceptance"] = {"accept_length": 2.0, "source": "[/bold] from [red]nowhere"}
+    res = CliRunner().invoke(main, ["predict", _write(tmp_path, small), "--sources"])
+    assert res.exit_code == 0, res.output
+    assert "[/x] odd [red]name" in res.output
+    assert "[/bold] from [red]nowhere" in res.output

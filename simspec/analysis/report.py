@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simspec.timing.iteration import BREAKDOWN_KEYS
@@ -20,7 +21,8 @@ def _f(x: float, digits: int = 1) -> str:
 def render(result: dict, console: Console) -> None:
     setup = result["setup"]
     spec = setup["algorithm"] != "none"
-    title = f"{setup['scenario']}: {setup['model']} on {setup['num_gpus']} x {setup['gpu']} ({setup['interconnect']})"
+    title = escape(f"{setup['scenario']}: {setup['model']} on {setup['num_gpus']} x {setup['gpu']}"
+                   f" ({setup['interconnect']})")  # names come from user files: never markup
     t = Table(title=title, title_justify="left", show_header=True, header_style="bold")
     t.add_column("metric")
     t.add_column(setup["algorithm"] if spec else "no speculation", justify="right")
@@ -57,6 +59,9 @@ def render(result: dict, console: Console) -> None:
             f"break-even accept length {result['break_even_accept_length']:.2f} "
             f"(this setup: {result['accept_length']:.2f})"
         )
+    acceptance_source = result.get("sources", {}).get("acceptance")
+    if spec and acceptance_source:
+        console.print(f"acceptance: {escape(acceptance_source)}", highlight=False)
     b = result["breakdown_ms"]
     total = sum(b.values()) or 1.0
     comm = (b["draft_comm"] + b["verify_comm"]) / total
