@@ -28,6 +28,9 @@ def describe(rs: ResolvedScenario) -> dict:
 def sources(rs: ResolvedScenario) -> dict[str, str]:
     """Where every time-model figure came from."""
     out = {name: f"{c.value:g} ({c.source})" for name, c in rs.coefficients.items()}
+    if rs.profile is not None:
+        fitted = "; ".join(rs.profile.fitted_to) or "no measurement named"
+        out["calibration_profile"] = f"{rs.profile.name} (fitted to: {fitted})"
     out["all_reduce"] = rs.all_reduce.source
     if rs.profile is not None and rs.profile.draft_forward_ms is not None:
         d = rs.profile.draft_forward_ms
