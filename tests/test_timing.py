@@ -120,28 +120,6 @@ def test_captured_batch_sizes_follow_sglang():
     assert 496 in plain and 512 in plain and 544 in plain and 576 in plain and plain[-1] == 600
 
 
-def test_sglang_memory_tier_defaults(small):
-    """cuda_graph_max_bs and chunked_prefill_size follow GPU memory and tp (server_args, 0.5.10)."""
-    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")  # H100 80 GB, tp 1
-    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (256, 8192)
-    small["hardware"] = {"gpu": "b200", "num_gpus": 1, "interconnect": "nvlink5-nccl"}
-    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
-    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (512, 16384)
-    small["hardware"] = {"gpu": "l40s", "num_gpus": 4, "interconnect": "pcie4-nccl"}
-    small["server"] = {"tp": 4}
-    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
-    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (160, 4096)
-
-
-def test_max_running_requests_follow_sglang(small):
-    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
-    pool = max(min(int(rs.kv_capacity_tokens / 131072 * 512), 4096), 2048)
-    assert rs.max_running_requests == min(pool, rs.kv_capacity_tokens // 2)
-    small["speculative"] = {"algorithm": "ngram"}
-    small["acceptance"] = {"accept_length": 1.5}
-    assert resolve(parse_scenario(small, "t.yaml"), "t.yaml").max_running_requests == 48
-
-
 def _resolved(small, **spec):
     d = dict(small)
     if spec:

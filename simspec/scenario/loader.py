@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from simspec import presets
 from simspec.errors import InputError
+from simspec.scenario.memory import default_mem_fraction_static, max_running_requests, tier_defaults
 from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
 from simspec.scenario.schema import EAGLE_FAMILY, Scenario
@@ -28,17 +29,7 @@ DEFAULT_AUTO = (3, 1, 4)
 SUPPORTED_VERSIONS = ((5, 8), (5, 23))  # SGLang 0.5.8 through 0.5.23 (sglang.md)
 V2_DEFAULT_FROM = (5, 23)  # v2 speculative workers (and overlap) are the default from 0.5.23 (sglang.md)
 
-# SGLang's defaults by GPU memory (server_args._handle_gpu_memory_settings, 0.5.10): GPU memory in MiB below
-# which (chunked_prefill_size, cuda_graph_max_bs if tp < 4, cuda_graph_max_bs if tp >= 4) apply
-MEMORY_TIERS_MIB = (
-    (20 * 1024, (2048, 8, 8)),
-    (35 * 1024, (2048, 24, 80)),
-    (60 * 1024, (4096, 32, 160)),
-    (160 * 1024, (8192, 256, 512)),
-    (float("inf"), (16384, 512, 512)),
-)
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NGRAM (sglang.md)
-SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,12 +312,22 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     target = target_stack(model, tp)
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
     weights = target.weight_bytes_per_gpu + (dstack.weight_bytes_per_gpu if dstack else 0.0)
-    budget = gpu.memory_gb * 1e9 * sc.server.mem_fraction_static
+    chunk, graph_bs = tier_defaults(gpu, tp)
+    if sc.server.chunked_prefill_size is not None:
+        chunk = sc.server.chunked_prefill_size
+    if sc.server.cuda_graph_max_bs is not None:
+        graph_bs = sc.server.cuda_graph_max_bs
+    fraction = sc.server.mem_fraction_static
+    if fraction is None:
+        fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla",
+                                               spec.algorithm)
+    budget = gpu.memory_gb * 1e9 * fraction
     if weights >= budget:
+        how = "set by the scenario" if sc.server.mem_fraction_static is not None else "SGLang's default here"
         raise InputError(f"{sc.model} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
                          f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
-                         f" mem_fraction_static {sc.server.mem_fraction_static:g}); raise tp or pick a larger GPU",
-                         file=file, key="model")
+                         f" mem_fraction_static {fraction:g}, {how}); raise tp, pick a larger GPU or raise"
+                         " server.mem_fraction_static", file=file, key="model")
     # a profile describes a box: its draft step time simply does not apply to setups without a draft model
     if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
         # a measured draft forward cannot beat reading the drafter's weights once at full bandwidth
@@ -339,13 +340,8 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                              f" >= {floor_ms:.3f}", file=profile_path, key="draft_forward_ms.value")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (dstack.kv_bytes_per_token_per_gpu if dstack else 0.0)
     kv_capacity = int((budget - weights) / kv_per_token)
-    mrr = _max_running_requests(sc.server.max_running_requests, spec.algorithm != "none", kv_capacity,
-                                model.context_length)
-    chunk, graph_bs = _memory_tier_defaults(gpu, tp)
-    if sc.server.chunked_prefill_size is not None:
-        chunk = sc.server.chunked_prefill_size
-    if sc.server.cuda_graph_max_bs is not None:
-        graph_bs = sc.server.cuda_graph_max_bs
+    mrr = max_running_requests(sc.server.max_running_requests, spec.algorithm != "none", kv_capacity,
+                               model.context_length)
 
     resolved = ResolvedScenario(
         scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,
@@ -360,27 +356,6 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         raise InputError(f"one request can hold {longest} tokens but the KV cache holds {kv_capacity} per GPU;"
                          " lower the workload's max lengths or free memory", file=file, key="workload")
     return resolved
-
-
-def _max_running_requests(requested: int | None, speculative: bool, kv_capacity: int, context_length: int) -> int:
-    """SGLang's cap on running requests (model_runner_kv_cache_mixin._resolve_max_num_reqs, 0.5.10): a pool of
-    capacity / context_length x 512 requests, clamped to [2048, 4096]; without a user setting also at most
-    capacity // 2. Speculation sets 48 unless the user set it (server_args)."""
-    pool = max(min(int(kv_capacity / context_length * 512), 4096), 2048)
-    if requested is None and speculative:
-        requested = SPEC_DEFAULT_MAX_RUNNING
-    if requested is not None:
-        return max(1, min(requested, pool))
-    return max(1, min(pool, kv_capacity // 2))
-
-
-def _memory_tier_defaults(gpu: presets.GpuPreset, tp: int) -> tuple[int, int]:
-    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for this GPU's memory and TP degree."""
-    mib = gpu.memory_gb * 1e9 / 2**20
-    for limit, (chunk, small_tp, large_tp) in MEMORY_TIERS_MIB:
-        if mib < limit:
-            return chunk, small_tp if tp < 4 else large_tp
-    raise AssertionError("the last tier has no upper limit")
 
 
 def _max_length(d: Any) -> int:

@@ -42,7 +42,8 @@ class Server(StrictModel):
     max_running_requests: StrictInt | None = Field(default=None, ge=1)
     overlap_schedule: Literal["auto", "on", "off"] = "auto"
     spec_v2: bool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
-    mem_fraction_static: float = Field(default=0.85, gt=0.0, le=1.0)
+    mem_fraction_static: float | None = Field(default=None, gt=0.0, le=1.0,
+                                              description="None = SGLang's default for this GPU, tp and drafter")
     chunked_prefill_size: StrictInt | None = Field(default=None, ge=64,
                                                    description="None = SGLang's default for the GPU memory")
 

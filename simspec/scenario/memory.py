@@ -1,0 +1,83 @@
+"""GPU memory as SGLang 0.5.10 lays it out: its size-dependent defaults, the weights, and the KV cache left.
+
+server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp, then
+mem_fraction_static from a reserve for activations, CUDA graphs and the drafter; the KV cache gets what the
+static fraction leaves after the weights, and the running-request cap follows from the KV capacity
+(model_runner_kv_cache_mixin._resolve_max_num_reqs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simspec.presets import GpuPreset
+
+SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
+
+# GPU memory in MiB below which (chunked_prefill_size, cuda_graph_max_bs if tp < 4, cuda_graph_max_bs if
+# tp >= 4) apply (server_args._handle_gpu_memory_settings)
+MEMORY_TIERS_MIB = (
+    (20 * 1024, (2048, 8, 8)),
+    (35 * 1024, (2048, 24, 80)),
+    (60 * 1024, (4096, 32, 160)),
+    (160 * 1024, (8192, 256, 512)),
+    (float("inf"), (16384, 512, 512)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    mem_fraction_static: float
+    weight_bytes_per_gpu: float
+    kv_capacity_tokens: int
+    max_running_requests: int
+
+
+def gpu_mib(gpu: GpuPreset) -> float:
+    return gpu.memory_gb * 1e9 / 2**20
+
+
+def tier_defaults(gpu: GpuPreset, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for this GPU's memory and TP degree."""
+    for limit, (chunk, small_tp, large_tp) in MEMORY_TIERS_MIB:
+        if gpu_mib(gpu) < limit:
+            return chunk, small_tp if tp < 4 else large_tp
+    raise AssertionError("the last tier has no upper limit")
+
+
+def _piecewise_graph_sizes(max_tokens: int) -> int:
+    """How many token counts SGLang captures piecewise CUDA graphs for (_generate_piecewise_cuda_graph_tokens)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return len([s for s in sizes if s <= max_tokens])
+
+
+def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: int, mla: bool,
+                                algorithm: str) -> float:
+    """SGLang's mem_fraction_static when the user sets none: (memory - reserve) / memory, the reserve in MiB
+    covering attention metadata, prefill activations, CUDA graphs, large-TP padding, piecewise graphs and the
+    drafter (server_args, 0.5.10; data-parallel attention and multimodal adjustments are not modelled)."""
+    mib = gpu_mib(gpu)
+    reserve = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+    reserve += 1.5 * 1024 if mla else _piecewise_graph_sizes(chunk if not mla else 2048) * 8
+    if mib > 60 * 1024:
+        reserve = max(reserve, 10 * 1024)
+    if algorithm == "standalone":
+        reserve += 6 * 1024
+    elif algorithm not in ("none", "ngram"):
+        reserve += 4 * 1024
+    return round((mib - reserve) / mib, 3)
+
+
+def max_running_requests(requested: int | None, speculative: bool, kv_capacity: int, context_length: int) -> int:
+    """SGLang's cap on running requests: a pool of capacity / context_length x 512 requests, clamped to
+    [2048, 4096]; without a user setting also at most capacity // 2. Speculation sets 48 unless the user
+    set it (server_args)."""
+    pool = max(min(int(kv_capacity / context_length * 512), 4096), 2048)
+    if requested is None and speculative:
+        requested = SPEC_DEFAULT_MAX_RUNNING
+    if requested is not None:
+        return max(1, min(requested, pool))
+    return max(1, min(pool, kv_capacity // 2))

@@ -1,0 +1,62 @@
+"""GPU memory as SGLang lays it out: size-dependent defaults, the static fraction, KV capacity, request cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from simspec import presets
+from simspec.scenario.loader import parse_scenario, resolve
+from simspec.scenario.memory import default_mem_fraction_static
+
+
+def test_sglang_memory_tier_defaults(small):
+    """cuda_graph_max_bs and chunked_prefill_size follow GPU memory and tp (server_args, 0.5.10)."""
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")  # H100 80 GB, tp 1
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (256, 8192)
+    small["hardware"] = {"gpu": "b200", "num_gpus": 1, "interconnect": "nvlink5-nccl"}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (512, 16384)
+    small["hardware"] = {"gpu": "l40s", "num_gpus": 4, "interconnect": "pcie4-nccl"}
+    small["server"] = {"tp": 4}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    assert (rs.cuda_graph_max_bs, rs.chunked_prefill_size) == (160, 4096)
+
+
+def test_max_running_requests_follow_sglang(small):
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    pool = max(min(int(rs.kv_capacity_tokens / 131072 * 512), 4096), 2048)
+    assert rs.max_running_requests == min(pool, rs.kv_capacity_tokens // 2)
+    small["speculative"] = {"algorithm": "ngram"}
+    small["acceptance"] = {"accept_length": 1.5}
+    assert resolve(parse_scenario(small, "t.yaml"), "t.yaml").max_running_requests == 48
+
+
+def test_default_static_fraction_by_hand():
+    """H100 (80 GB = 76,294 MiB), tp 1, Llama (no MLA), no drafter: reserve 512 + 8192 x 1.5 + 256 x 2
+    + 1/8 x 1024 + 58 piecewise graphs x 8 = 13,904 MiB -> (76,294 - 13,904) / 76,294 = 0.818."""
+    h100 = presets.gpus()["h100-sxm"]
+    assert default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="none") == 0.818
+    # M1's box: 96 GB, tp 8, MLA, an EAGLE head: 512 + 12,288 + 1,024 + 1,024 + 1,536 + 4,096 MiB reserved
+    rtx = presets.gpus()["rtx-pro-6000-server"]
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="eagle3") == 0.776
+    # n-gram reserves nothing for a drafter, standalone 6 GiB
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="ngram") == 0.821
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="standalone") < 0.776
+
+
+def test_kv_capacity_is_what_the_static_fraction_leaves_after_weights(small):
+    small["server"] = {"tp": 1, "mem_fraction_static": 0.5}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    from simspec.timing.stack import target_stack
+
+    s = target_stack(rs.model, 1)
+    assert rs.kv_capacity_tokens == int((80e9 * 0.5 - s.weight_bytes_per_gpu) / s.kv_bytes_per_token_per_gpu)
+
+
+def test_k25_with_a_drafter_does_not_fit_sglangs_default_fraction_on_96_gb(small):
+    from simspec.errors import InputError
+    from simspec.scenario.loader import load_scenario
+    from tests.conftest import SCENARIOS
+
+    with pytest.raises(InputError, match="mem_fraction_static 0.776, SGLang's default"):
+        load_scenario(SCENARIOS / "eagle3.yaml", ["server.mem_fraction_static=null"])
