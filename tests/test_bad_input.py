@@ -162,7 +162,7 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
      ("acceptance.chain_rates", "at most 3")),
     # the box
     ("tp-above-num-gpus", _set(("server", "tp"), 16), ("server.tp", "allowed: 1..8")),
-    ("model-does-not-fit", _no_fit, ("model", "kimi-k2.5", "does not fit", "raise tp or pick a larger GPU")),
+    ("model-does-not-fit", _no_fit, ("model", "kimi-k2.5", "does not fit", "raise tp, pick a larger GPU")),
     # acceptance against the algorithm
     ("acceptance-without-speculation", _spec(None, {"accept_length": 1.5}),
      ("acceptance", "remove it or set speculative.algorithm")),
