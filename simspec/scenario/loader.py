@@ -9,13 +9,16 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+if TYPE_CHECKING:
+    from simspec.timing.stack import Stack
+
 from simspec import presets
 from simspec.errors import InputError
-from simspec.scenario.memory import default_mem_fraction_static, max_running_requests, tier_defaults
+from simspec.scenario.memory import plan_memory
 from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
 from simspec.scenario.schema import EAGLE_FAMILY, Scenario
@@ -227,28 +230,9 @@ def _coefficients(profile: Profile | None, profile_path: str | None, file: str) 
     return out
 
 
-def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
-    """Look up presets, apply SGLang's defaults and check everything that needs more than one field."""
-    from simspec.timing.stack import draft_stack, target_stack  # timing has no scenario imports: no cycle
-
-    file = path
-    low, high = SUPPORTED_VERSIONS
-    if not low <= sc.server.version_minor_patch <= high:
-        raise InputError(f"SGLang {sc.server.sglang_version} is not modelled; allowed: 0.{low[0]}.{low[1]} through"
-                         f" 0.{high[0]}.{high[1]}", file=file, key="server.sglang_version")
-    gpu = _lookup(presets.gpus(), sc.hardware.gpu, "GPU preset", file, "hardware.gpu")
-    ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
-                 "hardware.interconnect")
-    model = _lookup(presets.models(), sc.model, "model preset", file, "model")
-    tp = sc.server.tp
-    if tp > sc.hardware.num_gpus:
-        raise InputError(f"tp {tp} is larger than the {sc.hardware.num_gpus} GPUs; allowed: 1..{sc.hardware.num_gpus}",
-                         file=file, key="server.tp")
-    if tp < sc.hardware.num_gpus:
-        raise InputError(f"tp {tp} uses fewer than the {sc.hardware.num_gpus} GPUs: simspec models one"
-                         " tensor-parallel engine (data-parallel replicas are not modelled); set"
-                         " hardware.num_gpus = server.tp", file=file, key="server.tp")
-
+def _draft_presets(sc: Scenario, model: presets.ModelPreset, file: str
+                   ) -> tuple[presets.DrafterPreset | None, presets.ModelPreset | None]:
+    """(EAGLE drafter preset, standalone draft model preset) the algorithm needs, checked against the target."""
     spec = sc.speculative
     drafter = draft_model = None
     if spec.algorithm in ("eagle", "eagle3"):
@@ -269,6 +253,12 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         draft_model = _lookup(presets.models(), spec.drafter, "model preset", file, "speculative.drafter")
     elif spec.drafter is not None:
         raise InputError(f"algorithm {spec.algorithm} takes no drafter", file=file, key="speculative.drafter")
+    return drafter, draft_model
+
+
+def _check_draft_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> None:
+    """Settings that the chosen algorithm would ignore are errors, not silent defaults."""
+    spec = sc.speculative
     if spec.algorithm == "mtp" and model.mtp_layers == 0 and not spec.hypothetical_mtp_head:
         raise InputError(f"{sc.model} ships no MTP (NextN) weights; set speculative.hypothetical_mtp_head: true"
                          " to model a trained one-layer head", file=file, key="speculative.algorithm")
@@ -284,20 +274,64 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                 raise InputError("no speculation drafts nothing; remove it or set speculative.algorithm",
                                  file=file, key=f"speculative.{k}")
 
+
+def _load_profile_for(sc: Scenario, path: str) -> tuple[Profile | None, str | None]:
+    """The scenario's calibration profile (its path relative to the scenario file), checked against the box."""
+    if sc.calibration is None:
+        return None, None
+    base = Path(path).parent if path and not path.startswith("<") else Path.cwd()
+    profile_path = (base / sc.calibration).resolve()
+    if not profile_path.exists():
+        raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
+                         file=path, key="calibration")
+    profile = load_profile(profile_path)
+    _check_profile_matches(sc, profile, path)
+    return profile, str(profile_path)
+
+
+def _check_draft_step_time(profile: Profile, profile_path: str | None, dstack: Stack, gpu: presets.GpuPreset) -> None:
+    """A measured draft step cannot beat reading the drafter's weights once at full bandwidth. (A profile
+    describes a box: for setups without a draft model its draft step time simply does not apply.)"""
+    assert profile.draft_forward_ms is not None
+    floor_bytes = sum(g.bytes_per_gpu for g in dstack.groups if not g.extend_only)
+    floor_bytes += dstack.experts_per_token * dstack.expert_bytes_per_gpu * dstack.num_moe_layers
+    floor_ms = floor_bytes / (gpu.memory_bandwidth_gbps * 1e9) * 1e3
+    if profile.draft_forward_ms.value < floor_ms:
+        raise InputError(f"{profile.draft_forward_ms.value:g} ms is below the {floor_ms:.3f} ms it takes"
+                         f" {gpu.display_name} to read the drafter's weights once at full bandwidth; allowed:"
+                         f" >= {floor_ms:.3f}", file=profile_path, key="draft_forward_ms.value")
+
+
+def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
+    """Look up presets, apply SGLang's defaults and check everything that needs more than one field."""
+    from simspec.timing.stack import draft_stack, target_stack  # imported here: timing imports this module
+
+    file = path
+    low, high = SUPPORTED_VERSIONS
+    if not low <= sc.server.version_minor_patch <= high:
+        raise InputError(f"SGLang {sc.server.sglang_version} is not modelled; allowed: 0.{low[0]}.{low[1]} through"
+                         f" 0.{high[0]}.{high[1]}", file=file, key="server.sglang_version")
+    gpu = _lookup(presets.gpus(), sc.hardware.gpu, "GPU preset", file, "hardware.gpu")
+    ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
+                 "hardware.interconnect")
+    model = _lookup(presets.models(), sc.model, "model preset", file, "model")
+    tp = sc.server.tp
+    if tp > sc.hardware.num_gpus:
+        raise InputError(f"tp {tp} is larger than the {sc.hardware.num_gpus} GPUs; allowed: 1..{sc.hardware.num_gpus}",
+                         file=file, key="server.tp")
+    if tp < sc.hardware.num_gpus:
+        raise InputError(f"tp {tp} uses fewer than the {sc.hardware.num_gpus} GPUs: simspec models one"
+                         " tensor-parallel engine (data-parallel replicas are not modelled); set"
+                         " hardware.num_gpus = server.tp", file=file, key="server.tp")
+
+    spec = sc.speculative
+    drafter, draft_model = _draft_presets(sc, model, file)
+    _check_draft_settings(sc, model, file)
+
     steps, topk, n = _tree_settings(sc, model, file)
     overlap, v2 = _overlap(sc, topk, file)
 
-    profile = None
-    profile_path = None
-    if sc.calibration is not None:
-        base = Path(path).parent if path and not path.startswith("<") else Path.cwd()
-        profile_path_obj = (base / sc.calibration).resolve()
-        profile_path = str(profile_path_obj)
-        if not profile_path_obj.exists():
-            raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
-                             file=file, key="calibration")
-        profile = load_profile(profile_path_obj)
-        _check_profile_matches(sc, profile, file)
+    profile, profile_path = _load_profile_for(sc, path)
     coefficients = _coefficients(profile, profile_path, file)
 
     if profile is not None and profile.all_reduce is not None:
@@ -311,50 +345,23 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     # memory: weights and KV cache per GPU under TP
     target = target_stack(model, tp)
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
-    weights = target.weight_bytes_per_gpu + (dstack.weight_bytes_per_gpu if dstack else 0.0)
-    chunk, graph_bs = tier_defaults(gpu, tp)
-    if sc.server.chunked_prefill_size is not None:
-        chunk = sc.server.chunked_prefill_size
-    if sc.server.cuda_graph_max_bs is not None:
-        graph_bs = sc.server.cuda_graph_max_bs
-    fraction = sc.server.mem_fraction_static
-    if fraction is None:
-        fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla",
-                                               spec.algorithm)
-    budget = gpu.memory_gb * 1e9 * fraction
-    if weights >= budget:
-        how = "set by the scenario" if sc.server.mem_fraction_static is not None else "SGLang's default here"
-        raise InputError(f"{sc.model} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
-                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
-                         f" mem_fraction_static {fraction:g}, {how}); raise tp, pick a larger GPU or raise"
-                         " server.mem_fraction_static", file=file, key="model")
-    # a profile describes a box: its draft step time simply does not apply to setups without a draft model
+    mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file)
     if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
-        # a measured draft forward cannot beat reading the drafter's weights once at full bandwidth
-        floor_bytes = sum(g.bytes_per_gpu for g in dstack.groups if not g.extend_only)
-        floor_bytes += dstack.experts_per_token * dstack.expert_bytes_per_gpu * dstack.num_moe_layers
-        floor_ms = floor_bytes / (gpu.memory_bandwidth_gbps * 1e9) * 1e3
-        if profile.draft_forward_ms.value < floor_ms:
-            raise InputError(f"{profile.draft_forward_ms.value:g} ms is below the {floor_ms:.3f} ms it takes"
-                             f" {gpu.display_name} to read the drafter's weights once at full bandwidth; allowed:"
-                             f" >= {floor_ms:.3f}", file=profile_path, key="draft_forward_ms.value")
-    kv_per_token = target.kv_bytes_per_token_per_gpu + (dstack.kv_bytes_per_token_per_gpu if dstack else 0.0)
-    kv_capacity = int((budget - weights) / kv_per_token)
-    mrr = max_running_requests(sc.server.max_running_requests, spec.algorithm != "none", kv_capacity,
-                               model.context_length)
+        _check_draft_step_time(profile, profile_path, dstack, gpu)
 
     resolved = ResolvedScenario(
         scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,
         draft_model=draft_model, profile=profile, coefficients=coefficients, num_steps=steps, topk=topk,
-        num_draft_tokens=n, overlap=overlap, spec_v2=v2, max_running_requests=mrr,
-        kv_capacity_tokens=kv_capacity, chunked_prefill_size=chunk, cuda_graph_max_bs=graph_bs,
+        num_draft_tokens=n, overlap=overlap, spec_v2=v2, max_running_requests=mem.max_running_requests,
+        kv_capacity_tokens=mem.kv_capacity_tokens, chunked_prefill_size=mem.chunked_prefill_size,
+        cuda_graph_max_bs=mem.cuda_graph_max_bs,
     )
     _check_acceptance(sc, resolved.max_accepted_drafts, file)
     wl = sc.workload
     longest = max(_max_length(wl.input_tokens) + _max_length(wl.output_tokens), 1)
-    if longest > kv_capacity:
-        raise InputError(f"one request can hold {longest} tokens but the KV cache holds {kv_capacity} per GPU;"
-                         " lower the workload's max lengths or free memory", file=file, key="workload")
+    if longest > mem.kv_capacity_tokens:
+        raise InputError(f"one request can hold {longest} tokens but the KV cache holds {mem.kv_capacity_tokens}"
+                         " per GPU; lower the workload's max lengths or free memory", file=file, key="workload")
     return resolved
 
 

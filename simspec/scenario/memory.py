@@ -9,8 +9,14 @@ static fraction leaves after the weights, and the running-request cap follows fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from simspec.presets import GpuPreset
+from simspec.errors import InputError
+from simspec.presets import GpuPreset, ModelPreset
+from simspec.scenario.schema import Server
+
+if TYPE_CHECKING:
+    from simspec.timing.stack import Stack
 
 SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
 
@@ -33,6 +39,33 @@ class MemoryPlan:
     weight_bytes_per_gpu: float
     kv_capacity_tokens: int
     max_running_requests: int
+
+
+def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Stack, draft: Stack | None,
+                server: Server, algorithm: str, file: str) -> MemoryPlan:
+    """SGLang's memory defaults for this box, and what they leave for the KV cache; InputError if the weights
+    do not fit."""
+    tp = server.tp
+    weights = target.weight_bytes_per_gpu + (draft.weight_bytes_per_gpu if draft else 0.0)
+    chunk, graph_bs = tier_defaults(gpu, tp)
+    if server.chunked_prefill_size is not None:
+        chunk = server.chunked_prefill_size
+    if server.cuda_graph_max_bs is not None:
+        graph_bs = server.cuda_graph_max_bs
+    fraction = server.mem_fraction_static
+    if fraction is None:
+        fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm)
+    budget = gpu.memory_gb * 1e9 * fraction
+    if weights >= budget:
+        how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
+        raise InputError(f"{model_name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
+                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
+                         f" mem_fraction_static {fraction:g}, {how}); raise tp, pick a larger GPU or raise"
+                         " server.mem_fraction_static", file=file, key="model")
+    kv_per_token = target.kv_bytes_per_token_per_gpu + (draft.kv_bytes_per_token_per_gpu if draft else 0.0)
+    kv_capacity = int((budget - weights) / kv_per_token)
+    mrr = max_running_requests(server.max_running_requests, algorithm != "none", kv_capacity, model.context_length)
+    return MemoryPlan(chunk, graph_bs, fraction, weights, kv_capacity, mrr)
 
 
 def gpu_mib(gpu: GpuPreset) -> float:
