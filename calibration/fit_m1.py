@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from simspec.calibration.fit import Anchor, fit_all_reduce, iteration_cost
-from simspec.scenario.loader import load_scenario
+from simspec.scenario.loader import ResolvedScenario, load_scenario
 from simspec.scenario.profile import CollectiveCurve
 from simspec.simulate import baseline_of
 
@@ -43,11 +43,17 @@ VERIFY_NCCL_MS = 25.0  # M1: of which NCCL (a check, not fitted)
 LARGE_MESSAGE_BUSBW_GBPS = 39.6  # busbw 37.6-41.7 GB/s measured on 8 x RTX PRO 6000 (hardware-and-models.md)
 
 
+def mean_decode_context(rs: ResolvedScenario) -> float:
+    """A request's mean context over its decode, for the M1 scenarios' fixed prompt and output lengths."""
+    wl = rs.scenario.workload
+    assert wl.input_tokens.value is not None and wl.output_tokens.value is not None
+    return wl.input_tokens.value + wl.output_tokens.value / 2
+
+
 def fit() -> tuple[dict, dict]:
     eagle = load_scenario(ROOT / "scenarios" / "eagle3.yaml", ["calibration=null"])
     base = baseline_of(eagle)
-    wl = eagle.scenario.workload
-    context = wl.input_tokens.value + wl.output_tokens.value / 2  # mean context over a request's decode
+    context = mean_decode_context(eagle)
     hidden = eagle.model.hidden_size
     anchors = [
         Anchor("no speculation, batch 1", base, 1, context, 1000.0 / BASELINE_TOK_S, 1 * hidden * 2),
@@ -101,9 +107,7 @@ def inferred_accept_lengths(profile: dict) -> dict[str, float]:
     out = {}
     for name, tok_s in INFERRED.items():
         rs = load_scenario(ROOT / "scenarios" / name, ["calibration=null"])
-        wl = rs.scenario.workload
-        context = wl.input_tokens.value + wl.output_tokens.value / 2
-        step_ms = iteration_cost(Anchor(name, rs, 1, context, 0.0, 0), curve).total_ms
+        step_ms = iteration_cost(Anchor(name, rs, 1, mean_decode_context(rs), 0.0, 0), curve).total_ms
         out[name] = round(tok_s * step_ms / 1000.0, 2)
     return out
 

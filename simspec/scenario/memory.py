@@ -94,7 +94,7 @@ def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: i
     drafter (server_args, 0.5.10; data-parallel attention and multimodal adjustments are not modelled)."""
     mib = gpu_mib(gpu)
     reserve = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
-    reserve += 1.5 * 1024 if mla else _piecewise_graph_sizes(chunk if not mla else 2048) * 8
+    reserve += 1.5 * 1024 if mla else _piecewise_graph_sizes(chunk) * 8  # MLA: a flat 1.5 GiB instead
     if mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024)
     if algorithm == "standalone":
