@@ -17,10 +17,12 @@ from simspec.errors import InputError
 EXIT_BAD_INPUT = 2
 
 
-def _fail(err: InputError) -> None:
+def fail(err: InputError) -> None:
+    """Print a bad-input error as one line on stderr and exit 2: the one way every command reports bad input."""
     # the message quotes user input (keys, file names, values): escape it so it is shown, never interpreted
     Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_BAD_INPUT)
+
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,10 +47,10 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
         rs = load_scenario(scenario_file, list(overrides))
         result = run_predict(rs)
     except InputError as err:
-        _fail(err)
+        fail(err)
         return
     if as_json:
-        click.echo(json.dumps(result, indent=2, default=_jsonable))
+        click.echo(json.dumps(result, indent=2, default=jsonable))
         return
     console = Console()
     render(result, console)
@@ -61,7 +63,8 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
         console.print(t)
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """json.dumps default= for numpy scalars."""
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
@@ -88,6 +91,27 @@ def presets(as_json: bool) -> None:
             t.add_row(escape(name), escape(preset.display_name), escape(preset.source))
         console.print(t)
 
+
+# Commands that live beside the code they drive (one module each, under simspec/commands/). Each module
+# defines a click command named like the module and imports its heavy dependencies inside the command body,
+# so `simspec --help` stays fast.
+_COMMAND_MODULES = ("validate", "calibrate", "ngram", "sweep", "plot", "report", "cost", "optimize")
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"simspec.commands.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"simspec.commands.{name}":
+                continue  # not written yet
+            raise
+        main.add_command(getattr(module, name))
+
+
+_register_commands()
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,138 @@
+"""What calibration observes, whatever it came from: a live server, a log, a benchmark file, a trace.
+
+Every source (simspec/calibration/sources/*, live.py) turns its input into these records; fitting
+(calibration/fitting.py) reads only these. Saved as JSON next to a profile (the raw evidence) and used by
+`simspec calibrate --resume` to continue a stopped run. All times in seconds unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerDescription(_Record):
+    """The server as it described itself (/server_info) or as a log/bench file names it."""
+
+    model_path: str | None = None
+    tp: int | None = None
+    sglang_version: str | None = None
+    algorithm: str = "none"  # none | eagle | eagle3 | mtp | standalone | ngram (simspec's names)
+    num_steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    cuda_graph: bool | None = None
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
+    mem_fraction_static: float | None = None
+    overlap_schedule: bool | None = None
+    attention_backend: str | None = None
+    ngram: dict[str, float | int | str] = Field(default_factory=dict)
+    host: str | None = None
+    raw: dict = Field(default_factory=dict)  # every field the server sent, for provenance
+
+
+class RequestRecord(_Record):
+    """One request of a calibration workload, as streamed back by /generate."""
+
+    concurrency: int
+    prompt_tokens: int
+    completion_tokens: int
+    e2e_latency: float | None = None
+    spec_verify_ct: int | None = None
+    # drafts accepted k -> number of verify steps (meta_info spec_accept_histogram / 0.5.23's
+    # spec_correct_drafts_histogram); None where the version has no histogram
+    accept_histogram: dict[int, int] | None = None
+    # arrival time of each streamed chunk (monotonic clock, seconds) and how many new tokens it carried
+    chunk_times: list[float] = Field(default_factory=list)
+    chunk_tokens: list[int] = Field(default_factory=list)
+    output_ids: list[int] = Field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class StepTime(_Record):
+    """Mean wall time of one scheduler iteration at a running batch size."""
+
+    batch_size: int
+    seconds: float
+    samples: int = 1
+    source: str
+
+
+class ThroughputPoint(_Record):
+    """A whole-run figure at one concurrency: what `simspec predict` is compared with."""
+
+    concurrency: int
+    tokens_per_s: float  # mean per-request decode tok/s
+    throughput_tokens_per_s: float | None = None  # all requests' output tokens / wall time
+    accept_length: float | None = None
+    source: str
+
+
+class KernelSplit(_Record):
+    """GPU busy time per iteration split by kernel category, from torch-profiler traces."""
+
+    phase: str  # decode | draft | verify | draft_extend | prefill | all
+    category_ms: dict[str, float]  # communication | attention | moe_gemm | other -> ms per iteration
+    iterations: int
+    source: str
+
+
+class CollectiveSample(_Record):
+    """One row of the collective microbenchmark (calibration/collective_bench.py) or nccl-tests."""
+
+    op: str = "all_reduce"
+    bytes: int
+    time_us: float
+    world_size: int
+    backend: str
+    in_cuda_graph: bool = False
+
+
+class Measurements(_Record):
+    """Everything one calibration run observed. Several sources merge into one."""
+
+    server: ServerDescription = Field(default_factory=ServerDescription)
+    requests: list[RequestRecord] = Field(default_factory=list)
+    step_times: list[StepTime] = Field(default_factory=list)
+    throughput: list[ThroughputPoint] = Field(default_factory=list)
+    accept_lengths: list[float] = Field(default_factory=list)  # per verify step, tokens incl. the bonus
+    kernel_splits: list[KernelSplit] = Field(default_factory=list)
+    collectives: list[CollectiveSample] = Field(default_factory=list)
+    prometheus: dict[str, float] = Field(default_factory=dict)  # /metrics samples, name{labels} -> value
+    sources: list[str] = Field(default_factory=list)  # what was read, e.g. "log:server.log"
+    done_concurrencies: list[int] = Field(default_factory=list)  # for --resume
+
+    def merge(self, other: Measurements) -> Measurements:
+        """Combine two sources: lists concatenate; the server description fills gaps only."""
+        server = self.server.model_copy(
+            update={k: v for k, v in other.server.model_dump().items()
+                    if getattr(self.server, k) in (None, "none", {}, "") and v not in (None, {}, "")})
+        return Measurements(
+            server=server,
+            requests=self.requests + other.requests,
+            step_times=self.step_times + other.step_times,
+            throughput=self.throughput + other.throughput,
+            accept_lengths=self.accept_lengths + other.accept_lengths,
+            kernel_splits=self.kernel_splits + other.kernel_splits,
+            collectives=self.collectives + other.collectives,
+            prometheus={**self.prometheus, **other.prometheus},
+            sources=self.sources + other.sources,
+            done_concurrencies=sorted(set(self.done_concurrencies) | set(other.done_concurrencies)),
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically, so a run killed mid-write never leaves a half file for --resume."""
+        p = Path(path)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=1))
+        tmp.replace(p)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Measurements:
+        return cls.model_validate_json(Path(path).read_text())

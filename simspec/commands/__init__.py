@@ -1,0 +1,1 @@
+"""One module per `simspec` sub-command beyond predict/presets; simspec.cli registers them by name."""
