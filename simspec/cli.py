@@ -37,18 +37,32 @@ def main() -> None:
               help="Change a scenario field, e.g. --set workload.arrival.concurrency=8 (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--sources", "show_sources", is_flag=True, help="Also list where every time-model figure came from.")
-def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_sources: bool) -> None:
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the simulated iterations as a Chrome trace (open in Perfetto / chrome://tracing).")
+@click.option("--trace-detail", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Decode iterations whose every collective is drawn; later ones show phase totals.")
+def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_sources: bool,
+            trace_path: str | None, trace_detail: int) -> None:
     """Predict tok/s, its breakdown and the no-speculation baseline for SCENARIO_FILE."""
     from simspec.analysis.report import render
-    from simspec.predict import predict as run_predict
+    from simspec.predict import predict_with_run
     from simspec.scenario.loader import load_scenario
 
     try:
         rs = load_scenario(scenario_file, list(overrides))
-        result = run_predict(rs)
+        result, sim = predict_with_run(rs)
     except InputError as err:
         fail(err)
         return
+    if trace_path is not None:
+        from simspec.analysis.timeline import write_chrome_trace
+
+        try:
+            n = write_chrome_trace(sim, trace_path, detail_iterations=trace_detail)
+        except OSError as err:
+            fail(InputError(f"cannot write the trace: {err.strerror}", file=trace_path, key="--trace"))
+            return
+        Console(stderr=True).print(f"trace: {n} events written to {escape(trace_path)}", highlight=False)
     if as_json:
         click.echo(json.dumps(result, indent=2, default=jsonable))
         return

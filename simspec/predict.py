@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from simspec.analysis.metrics import compare, summarize
 from simspec.scenario.loader import ResolvedScenario
-from simspec.simulate import baseline_of, run
+from simspec.simulate import SimulationResult, baseline_of, run
 
 
 def describe(rs: ResolvedScenario) -> dict:
@@ -46,7 +46,13 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
 
 
 def predict(rs: ResolvedScenario) -> dict:
-    spec = summarize(run(rs))
+    return predict_with_run(rs)[0]
+
+
+def predict_with_run(rs: ResolvedScenario) -> tuple[dict, SimulationResult]:
+    """The prediction and the scenario's own simulated run (its raw records, e.g. for a timeline)."""
+    sim = run(rs)
+    spec = summarize(sim)
     result = {"setup": describe(rs)} | spec
     if rs.speculative:
         base = summarize(run(baseline_of(rs)))
@@ -57,4 +63,4 @@ def predict(rs: ResolvedScenario) -> dict:
                    "baseline_throughput_tokens_per_s": spec["throughput_tokens_per_s"],
                    "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}
     result["sources"] = sources(rs)
-    return result
+    return result, sim

@@ -7,6 +7,8 @@ simspec/presets/defaults.yaml (coefficients), and the prediction reports which s
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from simspec.presets import check_curve_points
@@ -30,6 +32,8 @@ class CollectiveCurve(StrictModel):
 class Coefficient(StrictModel):
     value: float = Field(ge=0)
     source: str
+    interval_95: tuple[float, float] | None = Field(
+        default=None, description="bootstrap 95% interval of a fitted value (simspec calibrate)")
 
 
 class Provenance(StrictModel):
@@ -37,6 +41,7 @@ class Provenance(StrictModel):
     host: str | None = None
     sglang_version: str | None = None
     method: str | None = None
+    server_args: dict[str, Any] = Field(default_factory=dict, description="the server's arguments, as it reported them")
 
 
 class MeasuredOn(StrictModel):

@@ -1,0 +1,359 @@
+"""From measurements to a profile: fit the time-model coefficients a server's own timings pin down.
+
+What is fitted, and why only that:
+  - The all-reduce curve comes from the collective microbenchmark when one is given (calibration/
+    collective_bench.py -> calibration/collectives.py), else from the interconnect preset. Step times alone
+    cannot separate communication from compute at one TP degree, so they do not move it.
+  - From measured iteration times per running batch size: the memory-bandwidth efficiency (the weight- and
+    KV-streaming rate, which sets a decode step on every GPU we model) and ONE fixed per-iteration overhead,
+    the one the model exposes for this server: scheduler CPU without overlap (none), speculative CPU work
+    without overlap (EAGLE v1, n-gram), else the per-forward launch overhead. With several batch sizes the
+    per-request CPU slope is fitted too. The two fixed terms are confounded when every step time was measured
+    at one batch size; a weak prior at the defaults (presets/defaults.yaml) keeps the fit defined and the
+    bootstrap interval shows how little the data said.
+  - A torch-profiler trace's draft phase gives the draft step time directly (profile.draft_forward_ms).
+  - Acceptance is not a profile field: it belongs to the drafter and the text, so it goes into the scenario
+    that calibrate writes (a histogram of accepted drafts per verify step).
+Uncertainty: every fitted figure carries a 95% bootstrap interval over resampled step-time observations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from simspec import presets
+from simspec.calibration.measurements import Measurements, StepTime
+from simspec.errors import InputError
+from simspec.scenario.loader import Coefficient as ResolvedCoefficient
+from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
+from simspec.scenario.profile import Coefficient, CollectiveCurve, MeasuredOn, Profile, Provenance
+from simspec.timing.iteration import IterationModel
+
+# Prior weight: a parameter one prior scale away from its default costs as much as a 1% misfit of one
+# step-time observation. Small enough that two batch sizes outvote it, large enough to pin a flat direction.
+PRIOR_WEIGHT = 0.01
+PRIOR_SCALE = {"memory_bandwidth_efficiency": 0.15, "compute_efficiency": 0.15, "scheduler_cpu_ms": 1.0,
+               "spec_cpu_ms": 1.0, "forward_overhead_ms": 0.3, "scheduler_cpu_per_request_ms": 0.05}
+BOUNDS = {"memory_bandwidth_efficiency": (0.2, 1.0), "compute_efficiency": (0.1, 1.0), "scheduler_cpu_ms": (0.0, 50.0),
+          "spec_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0), "scheduler_cpu_per_request_ms": (0.0, 5.0)}
+
+
+@dataclass(frozen=True)
+class Box:
+    """What the server cannot say about itself: the hardware presets (simspec presets)."""
+
+    gpu: str
+    interconnect: str
+    num_gpus: int | None = None  # default: the server's tp
+    model: str | None = None  # default: matched from the server's model path
+    drafter: str | None = None  # default: matched from the server's draft model path
+
+
+@dataclass
+class Fit:
+    profile: Profile
+    scenario: dict[str, Any]  # raw scenario mapping reproducing the measured server and workload
+    parameters: dict[str, tuple[float, tuple[float, float] | None]]  # name -> (value, 95% interval)
+    residuals_pct: list[tuple[int, float, float]]  # (batch size, measured ms, modelled ms)
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ naming
+
+
+def _normalise(name: str) -> str:
+    return name.rstrip("/").split("/")[-1].lower().replace("_", "-")
+
+
+def match_preset(path: str | None, names: list[str], what: str, flag: str) -> str:
+    """The preset whose name is the longest prefix of the served model's repository name
+    (meta-llama/Llama-3.1-8B-Instruct -> llama-3.1-8b); a clear error naming the flag otherwise."""
+    if path:
+        repo = _normalise(path)
+        hits = [n for n in names if repo.startswith(n) or repo == n]
+        if hits:
+            return max(hits, key=len)
+    raise InputError(f"cannot tell which {what} preset the server runs (it reports {path!r}); pass {flag} with one"
+                     f" of: {', '.join(sorted(names))}", key=flag)
+
+
+def _drafter_for(meas: Measurements, box: Box, model: str) -> str | None:
+    s = meas.server
+    if s.algorithm not in ("eagle", "eagle3"):
+        return None
+    if box.drafter:
+        return box.drafter
+    drafters = presets.drafters()
+    # the draft model path, else the family matching the target (eagle3-<target>)
+    for key in ("speculative_draft_model_path", "draft_model_path"):
+        path = s.raw.get(key)
+        if isinstance(path, str):
+            repo = _normalise(path)
+            for name in sorted(drafters, key=len, reverse=True):
+                if name in repo or repo in name:
+                    return name
+    guess = f"{s.algorithm}-{model}"
+    if guess in drafters:
+        return guess
+    raise InputError(f"cannot tell which drafter preset the server runs; pass --drafter with one of: "
+                     f"{', '.join(sorted(drafters))}", key="--drafter")
+
+
+# ------------------------------------------------------------------------------------------ the scenario
+
+
+def _accept_histogram(meas: Measurements, max_drafts: int) -> tuple[list[float], str] | None:
+    """Verify steps that accepted k drafts, k = 0..max_drafts: the server's own histogram when the version
+    has one, else the per-step accept lengths streamed chunks showed."""
+    hist = np.zeros(max_drafts + 1)
+    from_server = [r.accept_histogram for r in meas.requests if r.accept_histogram]
+    if from_server:
+        for h in from_server:
+            for k, n in h.items():
+                hist[min(int(k), max_drafts)] += n
+        return hist.tolist(), f"spec accept histogram of {len(from_server)} requests (server meta_info)"
+    if meas.accept_lengths:
+        for al in meas.accept_lengths:
+            hist[min(max(int(round(al)) - 1, 0), max_drafts)] += 1
+        return hist.tolist(), f"{len(meas.accept_lengths)} verify steps' streamed chunk sizes"
+    return None
+
+
+def _mean_accept_length(meas: Measurements) -> float | None:
+    """Mean accept length as the server reports it (completion tokens / verify steps), else from throughput
+    points or the Prometheus gauge."""
+    pairs = [(r.completion_tokens, r.spec_verify_ct) for r in meas.requests if r.spec_verify_ct]
+    if pairs:
+        return sum(c for c, _ in pairs) / sum(v for _, v in pairs)
+    values = [t.accept_length for t in meas.throughput if t.accept_length]
+    if values:
+        return float(np.mean(values))
+    return meas.prometheus.get("sglang:spec_accept_length")
+
+
+def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int) -> dict[str, Any]:
+    """A scenario that reproduces the measured server and workload at one concurrency (raw mapping)."""
+    s = meas.server
+    if s.tp is None:
+        raise InputError("the measurements do not say the server's tp (no /server_info, no server_args log line);"
+                         " pass --tp", key="--tp")
+    model = box.model or match_preset(s.model_path, list(presets.models()), "model", "--model")
+    server: dict[str, Any] = {"tp": s.tp, "cuda_graph": s.cuda_graph if s.cuda_graph is not None else True}
+    if s.sglang_version:
+        server["sglang_version"] = _supported_version(s.sglang_version)
+    for key in ("cuda_graph_max_bs", "max_running_requests", "mem_fraction_static"):
+        if getattr(s, key) is not None:
+            server[key] = getattr(s, key)
+    if s.overlap_schedule is not None:
+        server["overlap_schedule"] = "on" if s.overlap_schedule else "off"
+    scenario: dict[str, Any] = {
+        "name": name,
+        "description": f"written by simspec calibrate from {', '.join(meas.sources) or 'measurements'}",
+        "hardware": {"gpu": box.gpu, "num_gpus": box.num_gpus or s.tp, "interconnect": box.interconnect},
+        "model": model,
+        "server": server,
+    }
+    if s.algorithm != "none":
+        spec: dict[str, Any] = {"algorithm": s.algorithm}
+        drafter = _drafter_for(meas, box, model)
+        if drafter:
+            spec["drafter"] = drafter
+        for key in ("num_steps", "topk", "num_draft_tokens"):
+            if getattr(s, key) is not None and not (s.algorithm == "ngram" and key != "num_draft_tokens"):
+                spec[key] = getattr(s, key)
+        if s.algorithm == "ngram" and s.ngram:
+            spec["ngram"] = dict(s.ngram)
+        scenario["speculative"] = spec
+        max_drafts = _max_drafts(s)
+        hist = _accept_histogram(meas, max_drafts)
+        if hist is not None:
+            scenario["acceptance"] = {"histogram": hist[0], "source": f"measured: {hist[1]}"}
+        else:
+            al = _mean_accept_length(meas)
+            if al is None:
+                raise InputError("the measurements hold no accept length (no per-request spec fields, no chunk"
+                                 " sizes, no decode-log accept len): cannot describe this speculative server")
+            scenario["acceptance"] = {"accept_length": round(max(al, 1.0), 4),
+                                      "source": "measured: mean accept length reported by the server"}
+    at_c = [r for r in meas.requests if r.concurrency == concurrency] or meas.requests
+    if at_c:
+        prompt = int(round(np.mean([r.prompt_tokens for r in at_c])))
+        output = int(round(np.mean([r.completion_tokens for r in at_c])))
+        n = len(at_c)
+    else:
+        prompt, output, n = 1024, 256, 4 * concurrency
+    scenario["workload"] = {
+        "arrival": {"type": "closed", "concurrency": concurrency},
+        "num_requests": max(n, concurrency),
+        "input_tokens": {"dist": "fixed", "value": max(prompt, 1)},
+        "output_tokens": {"dist": "fixed", "value": max(output, 1)},
+    }
+    scenario["seed"] = 0
+    return scenario
+
+
+def _max_drafts(s: Any) -> int:
+    if s.algorithm == "ngram":
+        return max((s.num_draft_tokens or 12) - 1, 1)
+    steps = s.num_steps or 3
+    n = s.num_draft_tokens or steps + 1
+    return max(min(steps, n - 1), 1)
+
+
+def _supported_version(v: str) -> str:
+    """The scenario schema models 0.5.8-0.5.23; an exact version in that range is kept."""
+    parts = v.split(".")
+    try:
+        minor, patch = int(parts[1]), int(parts[2].split("rc")[0].split("+")[0])
+    except (IndexError, ValueError):
+        raise InputError(f"server version {v!r} is not a release version 0.5.N", key="version") from None
+    if (minor, patch) < (5, 8) or (minor, patch) > (5, 23):
+        raise InputError(f"SGLang {v} is outside the versions simspec models (0.5.8 to 0.5.23)", key="version")
+    return f"0.{minor}.{patch}"
+
+
+# ------------------------------------------------------------------------------------------ fitting
+
+
+def _context_per_request(meas: Measurements) -> float:
+    """Mean context a decode step attends over: the prompt plus half the output (requests grow linearly)."""
+    if not meas.requests:
+        return 1024.0
+    return float(np.mean([r.prompt_tokens + r.completion_tokens / 2 for r in meas.requests]))
+
+
+def free_parameters(rs: ResolvedScenario, batch_sizes: set[int]) -> list[str]:
+    """The coefficients this server's step times can pin down (see the module docstring)."""
+    if not rs.overlap:
+        fixed = "spec_cpu_ms" if rs.speculative else "scheduler_cpu_ms"
+    else:
+        fixed = "forward_overhead_ms"
+    names = ["memory_bandwidth_efficiency", fixed]
+    if len(batch_sizes) >= 3 and not rs.overlap:
+        names.append("scheduler_cpu_per_request_ms")
+    return names
+
+
+def _with(rs: ResolvedScenario, values: dict[str, float], source: str) -> ResolvedScenario:
+    coeffs = dict(rs.coefficients)
+    for k, v in values.items():
+        coeffs[k] = ResolvedCoefficient(float(v), source)
+    return dataclasses.replace(rs, coefficients=coeffs)
+
+
+def modelled_step_ms(rs: ResolvedScenario, batch_size: int, context: float) -> float:
+    return IterationModel(rs).decode(batch_size, batch_size * context).total_ms
+
+
+def _fit_once(rs: ResolvedScenario, names: list[str], obs: list[StepTime], context: float,
+              prior_shift: np.ndarray | None = None) -> np.ndarray:
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    scale = np.array([PRIOR_SCALE[n] for n in names])
+    x0 = np.clip(np.array([rs.coefficient(n) for n in names]), lo, hi)
+    prior = x0 if prior_shift is None else x0 + prior_shift * scale
+    x0 = np.clip(prior, lo, hi)
+    weights = np.sqrt(np.array([max(o.samples, 1) for o in obs], dtype=float))
+    measured = np.array([o.seconds * 1e3 for o in obs])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        trial = _with(rs, dict(zip(names, x, strict=True)), "trial")
+        model = np.array([modelled_step_ms(trial, o.batch_size, context) for o in obs])
+        return np.concatenate([(model - measured) / measured * 100.0 * weights,
+                               (x - prior) / scale * PRIOR_WEIGHT * 100.0])
+
+    return least_squares(residuals, x0, bounds=(lo, hi), x_scale=scale).x
+
+
+def fit(meas: Measurements, box: Box, *, name: str, collective_curve: CollectiveCurve | None = None,
+        bootstrap: int = 200, seed: int = 0, host: str | None = None) -> Fit:
+    """Fit a profile to the measurements and write the scenario that reproduces them."""
+    if not meas.step_times and not meas.kernel_splits and collective_curve is None:
+        raise InputError("nothing to fit: the measurements hold no iteration times, no trace and no collective"
+                         " table (give --host, --from-log, --from-bench, --from-trace or --collectives)")
+    concurrency = max((o.batch_size for o in meas.step_times), default=1)
+    scenario = build_scenario(meas, box, name=name, concurrency=concurrency)
+    base = resolve(parse_scenario(scenario, "<calibrate>"), "<calibrate>")
+    if collective_curve is not None:
+        base = dataclasses.replace(base, all_reduce=collective_curve)
+    notes: list[str] = []
+    parameters: dict[str, tuple[float, tuple[float, float] | None]] = {}
+    coefficients: dict[str, Coefficient] = {}
+    today = _dt.date.today().isoformat()
+    draft_ms = _draft_step_ms(meas, base)
+    if draft_ms is not None:
+        base = dataclasses.replace(base, profile=Profile(name=name, draft_forward_ms=Coefficient(
+            value=draft_ms, source="trace")))
+    residual_rows: list[tuple[int, float, float]] = []
+    obs = [o for o in meas.step_times if o.seconds > 0]
+    if obs:
+        context = _context_per_request(meas)
+        names = free_parameters(base, {o.batch_size for o in obs})
+        best = _fit_once(base, names, obs, context)
+        rng = np.random.default_rng(seed)
+        draws = []
+        if len(obs) >= 2 and bootstrap > 0:
+            # randomise-then-optimise: resample the observations AND draw the prior's centre from the prior,
+            # so a direction the data leave flat (efficiency vs fixed overhead at one batch size) shows up as a
+            # wide interval instead of the prior's point
+            for _ in range(bootstrap):
+                sample = [obs[i] for i in rng.integers(0, len(obs), len(obs))]
+                draws.append(_fit_once(base, names, sample, context, rng.standard_normal(len(names))))
+        bsizes = sorted({o.batch_size for o in obs})
+        what = (f"fitted by simspec calibrate ({today}) to {len(obs)} measured iteration times at batch sizes "
+                f"{', '.join(map(str, bsizes))}")
+        for i, n in enumerate(names):
+            interval = None
+            if draws:
+                col = np.array(draws)[:, i]
+                interval = (round(float(np.percentile(col, 2.5)), 6), round(float(np.percentile(col, 97.5)), 6))
+            parameters[n] = (float(best[i]), interval)
+            coefficients[n] = Coefficient(value=round(float(best[i]), 6), source=what, interval_95=interval)
+        if not draws:
+            notes.append("one step-time observation: no bootstrap interval (measure more batch sizes)")
+        else:
+            corr = np.corrcoef(np.array(draws).T) if len(names) > 1 else np.ones((1, 1))
+            for i in range(len(names)):
+                for j in range(i + 1, len(names)):
+                    if np.isfinite(corr[i, j]) and abs(corr[i, j]) > 0.9:
+                        notes.append(f"{names[i]} and {names[j]} are confounded by these measurements (bootstrap"
+                                     f" correlation {corr[i, j]:+.2f}): the step times pin their combined effect,"
+                                     " not each; measure more batch sizes or a baseline server to separate them")
+        fitted = _with(base, dict(zip(names, best, strict=True)), what)
+        for o in obs:
+            residual_rows.append((o.batch_size, o.seconds * 1e3, modelled_step_ms(fitted, o.batch_size, context)))
+    profile = Profile(
+        name=name,
+        description=f"measured on {host or meas.server.host or 'an SGLang server'} by simspec calibrate",
+        measured_on=MeasuredOn(gpu=box.gpu, interconnect=box.interconnect, tp=base.scenario.server.tp,
+                               model=base.scenario.model),
+        fitted_to=[f"{o.source}: {o.seconds * 1e3:.3f} ms at batch {o.batch_size}" for o in obs][:50],
+        provenance=Provenance(date=today, host=host or meas.server.host, sglang_version=meas.server.sglang_version,
+                              method="simspec calibrate: " + ", ".join(meas.sources),
+                              server_args={k: v for k, v in meas.server.raw.items()
+                                           if isinstance(v, str | int | float | bool) or v is None}),
+        all_reduce=collective_curve,
+        coefficients=coefficients,
+        draft_forward_ms=(Coefficient(value=round(draft_ms, 6), source=f"torch-profiler trace, draft phase ({today})")
+                          if draft_ms is not None else None),
+    )
+    return Fit(profile, scenario, parameters, residual_rows, notes)
+
+
+def _draft_step_ms(meas: Measurements, rs: ResolvedScenario) -> float | None:
+    """One draft forward's GPU time from a trace's draft phase (ms per iteration / draft forwards)."""
+    if not rs.speculative or rs.algorithm == "ngram" or rs.num_steps < 2:
+        return None
+    splits = [k for k in meas.kernel_splits if k.phase == "draft" and k.iterations > 0]
+    if not splits:
+        return None
+    per_iteration = float(np.mean([sum(k.category_ms.values()) for k in splits]))
+    value = per_iteration / (rs.num_steps - 1)
+    return value if math.isfinite(value) and value > 0 else None

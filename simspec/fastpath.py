@@ -1,0 +1,174 @@
+"""The analytic fast path: closed-form steady state of a closed-loop workload, for sweeps of many points.
+
+It asks the same time model (IterationModel) as the engine and replaces only the event loop:
+  - C = min(concurrency, max_running_requests, requests the KV cache holds at once) requests decode together;
+  - a request needs E[N] verify steps for its output - 1 decode tokens, where each step emits X = 1 + accepted
+    drafts tokens (X from the acceptance distribution, the last step cut at the output length): E[N] is the
+    renewal count, computed exactly by a recursion for outputs up to RENEWAL_EXACT tokens and extended
+    linearly (slope 1 / E[X]) beyond;
+  - a decode step costs IterationModel.decode(C, C x mean context), the mean context of a request over its life
+    being prompt + 1 + (output - 1) / 2 (cost is linear in context between SGLang's attention regimes);
+  - prefills: requests that finish in the same iteration are prefilled together (within the chunked-prefill
+    budget). Without speculation they stay in lockstep; with it, random accept lengths scatter finishes a
+    little more each generation (renewal variance), which prefill_groups() turns into an expected group size.
+Where it applies (closed loop, fixed lengths, many requests per slot) it agrees with the engine within 2%
+(tests/test_fastpath.py, benchmarks/fastpath_agreement.py). Elsewhere it raises InputError, never guesses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.signal import lfilter
+from scipy.stats import norm
+
+from simspec.analysis.metrics import compare
+from simspec.errors import InputError
+from simspec.predict import describe, sources
+from simspec.scenario.loader import ResolvedScenario
+from simspec.simulate import acceptance_for, baseline_of
+from simspec.timing.iteration import BREAKDOWN_KEYS, IterationModel
+
+RENEWAL_EXACT = 4096
+
+
+def expected_steps(tokens: int, probabilities: np.ndarray | None) -> float:
+    """E[verify steps] to emit `tokens` tokens when a step emits 1 + k tokens with probability p[k], the last
+    step cut short (the engine's min(sample + 1, remaining)). f(n) = 1 + sum_k p[k] f(n - 1 - k), f(<=0) = 0."""
+    if tokens <= 0:
+        return 0.0
+    if probabilities is None or len(probabilities) == 1:
+        return float(tokens)
+    p = np.asarray(probabilities, dtype=float)
+    kmax = len(p)
+    n = min(tokens, RENEWAL_EXACT)
+    # the recursion is a linear recurrence driven by ones: an IIR filter, run in C by scipy
+    f = np.concatenate([[0.0], lfilter([1.0], np.concatenate([[1.0], -p]), np.ones(n))])
+    if tokens <= n:
+        return float(f[tokens])
+    mean_x = 1.0 + float(np.dot(np.arange(kmax), p))
+    return float(f[n] + (tokens - n) / mean_x)
+
+
+def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
+    w = rs.scenario.workload
+    if w.arrival.type != "closed":
+        raise InputError("the fast path covers closed-loop workloads only (arrival.type: closed); run the engine",
+                         file=rs.path, key="workload.arrival.type")
+    lengths = []
+    for key in ("input_tokens", "output_tokens"):
+        d = getattr(w, key)
+        if d.dist != "fixed":
+            raise InputError(f"the fast path needs fixed lengths (got dist: {d.dist}); run the engine",
+                             file=rs.path, key=f"workload.{key}.dist")
+        lengths.append(int(d.value))
+    prompt, output = lengths
+    per_request_kv = prompt + output
+    if per_request_kv > rs.kv_capacity_tokens:
+        raise InputError(f"a request needs {per_request_kv} KV tokens but the cache holds {rs.kv_capacity_tokens}",
+                         file=rs.path, key="workload")
+    slots = min(w.arrival.concurrency, rs.max_running_requests, rs.kv_capacity_tokens // per_request_kv,
+                w.num_requests)
+    return prompt, output, max(slots, 1)
+
+
+def _finish_spread(probs: np.ndarray | None, tokens: int) -> float:
+    """Standard deviation of the verify steps one request needs (renewal theory: n Var(X) / E[X]^3)."""
+    if probs is None or len(probs) == 1 or tokens <= 0:
+        return 0.0
+    x = np.arange(1, len(probs) + 1)
+    mean = float(np.dot(x, probs))
+    var = float(np.dot((x - mean) ** 2, probs))
+    return math.sqrt(tokens * var / mean ** 3)
+
+
+def prefill_groups(c: int, generations: int, spread: float) -> list[float]:
+    """Expected requests prefilled together, per generation of a slot.
+
+    All c slots start together (the first wave). A slot's g-th finish lies at the sum of g runs' steps, so two
+    slots finish g-th in the same iteration with probability P(D = 0), D ~ N(0, 2 g spread^2) rounded:
+    1 / (2 spread sqrt(pi g)), capped at 1 (lockstep when spread is ~0, e.g. without speculation). Each of the
+    other c - 1 slots joins a finishing request's prefill with that probability."""
+    out = []
+    for g in range(1, generations + 1):
+        p = 1.0 if spread < 1e-9 else min(1.0, 1.0 / (2.0 * spread * math.sqrt(math.pi * g)))
+        out.append(1.0 + (c - 1) * p)
+    return out
+
+
+def steady_state(rs: ResolvedScenario) -> dict:
+    """The figures `simspec predict` reports for one run, from the steady state of its closed loop."""
+    prompt, output, c = _check_applies(rs)
+    model = IterationModel(rs)
+    dist = acceptance_for(rs)
+    probs = dist.probabilities if dist is not None else None
+    steps = expected_steps(output - 1, probs)
+    context = prompt + 1 + (output - 1) / 2
+    dec = model.decode(c, c * context)
+    t_dec = dec.total_ms
+    # Prefills. Requests finishing in the same iteration are prefilled together, at most `per_chunk` prompts
+    # per prefill iteration (the chunked-prefill budget). A group of m needs J = ceil(m / per_chunk)
+    # iterations; per cycle of one slot every slot is prefilled once, so the cycle holds c / m groups; a
+    # request's own decode window excludes, on average, (J + 1) / 2 of its group's iterations.
+    per_chunk = max(1, rs.chunked_prefill_size // prompt) if prompt <= rs.chunked_prefill_size else 1
+    generations = max(1, rs.scenario.workload.num_requests // c)
+    cycle_prefill = own_prefill = 0.0
+    groups = prefill_groups(c, generations, _finish_spread(probs, output - 1))
+    for m in groups:
+        j = math.ceil(m / per_chunk)
+        t_iter = _prefill_ms(model, prompt, min(per_chunk, max(1, round(m))), rs.chunked_prefill_size)
+        cycle_prefill += c / m * j * t_iter
+        own_prefill += (j + 1) / 2 * t_iter
+    cycle_prefill /= len(groups)
+    own_prefill /= len(groups)
+    cycle = steps * t_dec + cycle_prefill
+    window = cycle - own_prefill
+    # throughput is output over the makespan of the whole run: `generations` cycles, then the wait for the
+    # last of the final generation's c requests, whose finishes have drifted apart by spread x sqrt(G) steps
+    # (the expected maximum of c normals, Blom's approximation)
+    spread = _finish_spread(probs, output - 1) * math.sqrt(generations)
+    z_max = float(norm.ppf((c - 0.375) / (c + 0.25))) if c > 1 else 0.0
+    makespan = generations * cycle + spread * z_max * t_dec
+    throughput = c * generations * output / makespan * 1e3
+    accept_length = (output - 1) / steps if steps else 1.0
+    parts = {"draft_compute": dec.draft_compute_ms, "draft_comm": dec.draft_comm_ms,
+             "verify_compute": dec.verify_compute_ms, "verify_comm": dec.verify_comm_ms, "cpu": dec.cpu_ms}
+    assert set(parts) == set(BREAKDOWN_KEYS)
+    return {
+        "tokens_per_s": (output - 1) / window * 1e3 if window > 0 else 0.0,
+        "throughput_tokens_per_s": throughput,
+        "accept_length": accept_length,
+        "iteration_ms": t_dec,
+        "breakdown_ms": parts,
+        "roofline_tokens_per_s": accept_length / dec.roofline_ms * 1e3 if dec.roofline_ms > 0 else 0.0,
+        "mean_batch_size": float(c),
+    }
+
+
+def _prefill_ms(model: IterationModel, prompt: int, seqs: int, chunk: int) -> float:
+    """A prefill as the engine runs it: several prompts in one iteration, one long prompt in chunks."""
+    if seqs > 1 or prompt <= chunk:
+        return model.prefill([prompt] * seqs).total_ms
+    total, done = 0.0, 0
+    while done < prompt:
+        step = min(chunk, prompt - done)
+        total += model.prefill([step], float(done)).total_ms
+        done += step
+    return total
+
+
+def predict_fast(rs: ResolvedScenario) -> dict:
+    """Like simspec.predict.predict, from the steady state: the same keys for the figures a sweep tabulates."""
+    spec = steady_state(rs)
+    result = {"setup": describe(rs), **spec, "method": "analytic steady state (--fast)"}
+    if rs.speculative:
+        base = steady_state(baseline_of(rs))
+        result |= compare(spec, base)
+        result["baseline"] = base
+    else:
+        result |= {"baseline_tokens_per_s": spec["tokens_per_s"],
+                   "baseline_throughput_tokens_per_s": spec["throughput_tokens_per_s"],
+                   "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}
+    result["sources"] = sources(rs)
+    return result

@@ -1,0 +1,163 @@
+"""The validation suite: published measurements as data, predicted and compared.
+
+A case (validation/cases/*.yaml) holds a scenario in simspec's own format, the measured figure (a key of
+`simspec predict --json`), its source and whether a calibration profile was fitted to it. Error on fitted
+cases says little; the mean absolute percentage error over the cases NOT used for fitting is the fidelity
+figure, and validation/recorded.yaml keeps the value CI must not exceed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from simspec.errors import InputError
+from simspec.scenario.reading import read_yaml, validation_error
+from simspec.scenario.schema import StrictModel
+
+Metric = Literal["tokens_per_s", "throughput_tokens_per_s", "speedup", "throughput_speedup", "iteration_ms"]
+
+# The bar set by issue 5: every non-fitted case within 10%, their mean within 5%.
+CASE_BAR_PCT = 10.0
+MEAN_BAR_PCT = 5.0
+
+
+class Source(StrictModel):
+    citation: str
+    url: str | None = None
+    quote: str | None = None
+    accessed: str | None = None
+
+
+class Measured(StrictModel):
+    metric: Metric
+    value: float = Field(gt=0)
+
+
+class Case(StrictModel):
+    id: str
+    title: str
+    source: Source
+    fitted: bool
+    measured: Measured
+    assumptions: list[str] = Field(default_factory=list)
+    scenario: dict[str, Any]
+    missing_mechanism: str | None = None
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    file: str
+    predicted: float | None
+    error_pct: float | None  # (predicted - measured) / measured x 100; None when the case failed to predict
+    failure: str | None = None
+
+    @property
+    def within_bar(self) -> bool:
+        return self.error_pct is not None and abs(self.error_pct) <= CASE_BAR_PCT
+
+
+def load_case(path: Path) -> Case:
+    data = read_yaml(path)
+    try:
+        case = Case.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, str(path), Case) from None
+    if case.id != path.stem:
+        raise InputError(f"id {case.id!r} must equal the file name without .yaml ({path.stem!r})",
+                         file=str(path), key="id")
+    return case
+
+
+def case_files(directory: str | Path) -> list[Path]:
+    d = Path(directory)
+    if not d.exists():
+        raise InputError("directory not found", file=str(d))
+    if d.is_file():
+        return [d]
+    root = d / "cases" if (d / "cases").is_dir() else d
+    files = sorted(root.glob("*.yaml"))
+    if not files:
+        raise InputError("no case files (*.yaml) found", file=str(root))
+    return files
+
+
+def predict_case(case: Case, file: Path) -> float:
+    """Predict the case's measured metric. Scenario errors name the key as `scenario.<path>`."""
+    from simspec.predict import predict
+    from simspec.scenario.loader import parse_scenario, resolve
+
+    try:
+        # the calibration path in a case is relative to the case file, as in a scenario file
+        rs = resolve(parse_scenario(case.scenario, str(file)), str(file))
+    except InputError as err:
+        raise InputError(err.message, file=str(file), key=f"scenario.{err.key}" if err.key else "scenario") from None
+    result = predict(rs)
+    value = result.get(case.measured.metric)
+    if value is None or not math.isfinite(value):
+        raise InputError(f"the prediction has no {case.measured.metric} for this scenario",
+                         file=str(file), key="measured.metric")
+    return float(value)
+
+
+def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
+    """Predict every case. A case whose scenario is invalid is reported as failed; the others still run."""
+    results = []
+    for f in files:
+        case = load_case(f)
+        try:
+            predicted = predict_case(case, f)
+        except InputError as err:
+            results.append(CaseResult(case, str(f), None, None, failure=str(err)))
+        else:
+            err_pct = (predicted - case.measured.value) / case.measured.value * 100.0
+            results.append(CaseResult(case, str(f), predicted, err_pct))
+        if progress is not None:
+            progress()
+    return results
+
+
+def mape(results: list[CaseResult], *, fitted: bool) -> float | None:
+    errs = [abs(r.error_pct) for r in results if r.case.fitted == fitted and r.error_pct is not None]
+    return sum(errs) / len(errs) if errs else None
+
+
+def summary(results: list[CaseResult]) -> dict[str, Any]:
+    free = [r for r in results if not r.case.fitted]
+    return {
+        "cases": len(results),
+        "not_fitted": len(free),
+        "fitted": len(results) - len(free),
+        "failed": sum(r.failure is not None for r in results),
+        "mape_not_fitted_pct": mape(results, fitted=False),
+        "mape_fitted_pct": mape(results, fitted=True),
+        "not_fitted_within_case_bar": sum(r.within_bar for r in free),
+        "case_bar_pct": CASE_BAR_PCT,
+        "mean_bar_pct": MEAN_BAR_PCT,
+    }
+
+
+def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
+    return [{
+        "id": r.case.id, "title": r.case.title, "metric": r.case.measured.metric, "measured": r.case.measured.value,
+        "predicted": r.predicted, "error_pct": r.error_pct, "fitted": r.case.fitted,
+        "source": r.case.source.url or r.case.source.citation, "missing_mechanism": r.case.missing_mechanism,
+        "failure": r.failure,
+    } for r in results]
+
+
+def recorded_mape(directory: str | Path) -> float | None:
+    """The non-fitted MAPE recorded in the repository (validation/recorded.yaml), the CI regression gate."""
+    path = Path(directory) / "recorded.yaml"
+    if not path.exists():
+        return None
+    data = read_yaml(path)
+    value = data.get("mape_not_fitted_pct")
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise InputError("must be a non-negative number", file=str(path), key="mape_not_fitted_pct")
+    return float(value)
