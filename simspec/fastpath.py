@@ -84,16 +84,18 @@ def _finish_spread(probs: np.ndarray | None, tokens: int) -> float:
 
 
 def prefill_groups(c: int, generations: int, spread: float) -> list[float]:
-    """Expected requests prefilled together, per generation of a slot.
+    """Expected number of prefill groups for each generation of the c slots.
 
-    All c slots start together (the first wave). A slot's g-th finish lies at the sum of g runs' steps, so two
-    slots finish g-th in the same iteration with probability P(D = 0), D ~ N(0, 2 g spread^2) rounded:
+    All c slots start together (the first wave: one group). The requests of generation g + 1 start when those
+    of generation g finish. A slot's g-th finish lies at the sum of g runs' steps, so two slots finish g-th in
+    the same iteration with probability p = P(D = 0), D ~ N(0, 2 g spread^2) rounded:
     1 / (2 spread sqrt(pi g)), capped at 1 (lockstep when spread is ~0, e.g. without speculation). Each of the
-    other c - 1 slots joins a finishing request's prefill with that probability."""
-    out = []
-    for g in range(1, generations + 1):
+    other c - 1 slots joins a request's group with probability p, so its group has 1 + B members, B ~
+    Binomial(c - 1, p), and the c requests form c E[1 / (1 + B)] = (1 - (1 - p)^c) / p groups."""
+    out = [1.0]
+    for g in range(1, generations):
         p = 1.0 if spread < 1e-9 else min(1.0, 1.0 / (2.0 * spread * math.sqrt(math.pi * g)))
-        out.append(1.0 + (c - 1) * p)
+        out.append((1.0 - (1.0 - p) ** c) / p)
     return out
 
 
@@ -115,10 +117,11 @@ def steady_state(rs: ResolvedScenario) -> dict:
     generations = max(1, rs.scenario.workload.num_requests // c)
     cycle_prefill = own_prefill = 0.0
     groups = prefill_groups(c, generations, _finish_spread(probs, output - 1))
-    for m in groups:
-        j = math.ceil(m / per_chunk)
+    for n_groups in groups:
+        m = c / n_groups  # mean group size
+        j = math.ceil(m / per_chunk - 1e-9)
         t_iter = _prefill_ms(model, prompt, min(per_chunk, max(1, round(m))), rs.chunked_prefill_size)
-        cycle_prefill += c / m * j * t_iter
+        cycle_prefill += n_groups * j * t_iter
         own_prefill += (j + 1) / 2 * t_iter
     cycle_prefill /= len(groups)
     own_prefill /= len(groups)

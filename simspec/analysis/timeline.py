@@ -36,15 +36,17 @@ def _span(name: str, cat: str, tid: int, ts_us: float, dur_us: float, args: dict
 
 
 def _forward_spans(model: IterationModel, bs: int, t_us: float, label: str, cat: str, is_draft: bool,
-                   compute_us: float, comm_us: float, detailed: bool) -> tuple[list[dict], float]:
-    """Spans of one phase (all draft forwards, or the verify) placed from t_us; returns them and the end."""
+                   compute_us: float, comm_us: float, detailed: bool, index: int) -> tuple[list[dict], float]:
+    """Spans of one phase (all draft forwards, or the verify) placed from t_us; returns them and the end.
+    Every span carries its iteration's index (args.iteration), so a tool can group them exactly."""
     out: list[dict] = []
+    tag = {"iteration": index}
     if not detailed or comm_us <= 0:
         if compute_us > 0:
-            out.append(_span(f"{label} compute", f"{cat}_compute", TID_GPU, t_us, compute_us))
+            out.append(_span(f"{label} compute", f"{cat}_compute", TID_GPU, t_us, compute_us, tag))
             t_us += compute_us
         if comm_us > 0:
-            out.append(_span(f"{label} collectives", f"{cat}_comm", TID_GPU, t_us, comm_us))
+            out.append(_span(f"{label} collectives", f"{cat}_comm", TID_GPU, t_us, comm_us, tag))
             t_us += comm_us
         return out, t_us
     plan = [p for p in model.plan(bs) if p.is_draft == is_draft]
@@ -71,9 +73,9 @@ def _forward_spans(model: IterationModel, bs: int, t_us: float, label: str, cat:
         piece = per_forward_compute / slices
         name = f"{label} forward {i + 1}" if len(forwards) > 1 else label
         for op, t, nbytes in fcalls:
-            out.append(_span(f"{name} compute", f"{cat}_compute", TID_GPU, t_us, piece))
+            out.append(_span(f"{name} compute", f"{cat}_compute", TID_GPU, t_us, piece, tag))
             t_us += piece
-            out.append(_span(op, f"{cat}_comm", TID_GPU, t_us, t * scale, {"bytes": int(nbytes)}))
+            out.append(_span(op, f"{cat}_comm", TID_GPU, t_us, t * scale, {"bytes": int(nbytes), **tag}))
             t_us += t * scale
     return out, t_us
 
@@ -97,7 +99,7 @@ def chrome_trace(result: SimulationResult, *, detail_iterations: int = 50) -> di
         events.append(_span(f"{it.kind} bs={int(it.batch_size)}", it.kind, TID_ITER, start, end - start, args))
         t = start
         if it.cpu_ms > 0:
-            events.append(_span("scheduler (exposed CPU)", "cpu", TID_CPU, t, it.cpu_ms * 1e3))
+            events.append(_span("scheduler (exposed CPU)", "cpu", TID_CPU, t, it.cpu_ms * 1e3, {"iteration": i}))
             t += it.cpu_ms * 1e3
         detailed = it.kind == "decode" and detailed_left > 0 and rs.scenario.server.tp > 1
         if it.kind == "decode":
@@ -106,10 +108,10 @@ def chrome_trace(result: SimulationResult, *, detail_iterations: int = 50) -> di
         verify_label = "prefill" if it.kind == "prefill" else ("verify" if rs.speculative else "decode")
         spans, t = _forward_spans(model, int(it.batch_size), t, draft_label, "draft", True,
                                   it.draft_compute_ms * 1e3, it.draft_comm_ms * 1e3,
-                                  detailed and model.draft is not None)
+                                  detailed and model.draft is not None, i)
         events += spans
         spans, t = _forward_spans(model, int(it.batch_size), t, verify_label, "verify", False,
-                                  it.verify_compute_ms * 1e3, it.verify_comm_ms * 1e3, detailed)
+                                  it.verify_compute_ms * 1e3, it.verify_comm_ms * 1e3, detailed, i)
         events += spans
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "simspec", "scenario": name, "algorithm": rs.algorithm}}

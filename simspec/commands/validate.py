@@ -70,9 +70,11 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
     else:
         console = Console()
         t = Table(title=f"validation: {len(results)} cases", title_justify="left")
-        for col, just in (("case", "left"), ("metric", "left"), ("measured", "right"), ("predicted", "right"),
-                          ("error", "right"), ("fitted", "left")):
-            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column("case", overflow="fold")
+        t.add_column("metric", overflow="fold")
+        for col in ("measured", "predicted", "error"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("fitted")
         for r in results:
             if r.failure is not None:
                 t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:g}",

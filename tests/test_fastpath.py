@@ -1,0 +1,58 @@
+"""The analytic fast path against the discrete-event engine, where both apply."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simspec.errors import InputError
+from simspec.fastpath import expected_steps, predict_fast
+from simspec.predict import predict
+from simspec.scenario.loader import load_scenario
+from tests.conftest import SCENARIOS
+
+
+def _reference_steps(n: int, p: list[float]) -> float:
+    """The renewal recursion written out: f(i) = 1 + sum_k p[k] f(i - 1 - k), f(<= 0) = 0."""
+    f = [0.0] * (n + 1)
+    for i in range(1, n + 1):
+        f[i] = 1.0 + sum(p[k] * f[i - 1 - k] for k in range(len(p)) if i - 1 - k > 0)
+    return f[n]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 37, 400])
+def test_expected_steps_matches_the_recursion(n):
+    p = [0.25, 0.35, 0.3, 0.1]
+    assert expected_steps(n, np.array(p)) == pytest.approx(_reference_steps(n, p), rel=1e-12)
+
+
+def test_expected_steps_without_speculation_is_one_per_token():
+    assert expected_steps(300, None) == 300
+
+
+def test_expected_steps_extends_linearly_past_the_exact_range():
+    p = np.array([0.5, 0.5])  # mean 1.5 tokens per step
+    assert expected_steps(100_000, p) - expected_steps(90_000, p) == pytest.approx(10_000 / 1.5)
+
+
+CASES = [(f, c) for f in ("baseline", "eagle3", "ngram_tree", "mtp") for c in (1, 16)]
+
+
+@pytest.mark.parametrize(("scenario", "concurrency"), CASES)
+def test_fast_path_agrees_with_the_engine_within_2_percent(scenario, concurrency):
+    rs = load_scenario(SCENARIOS / f"{scenario}.yaml", [
+        f"workload.arrival.concurrency={concurrency}", f"workload.num_requests={max(8, 8 * concurrency)}",
+        "workload.output_tokens.value=384"])
+    engine, fast = predict(rs), predict_fast(rs)
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "iteration_ms", "speedup"):
+        assert fast[key] == pytest.approx(engine[key], rel=0.02), key
+
+
+def test_fast_path_refuses_what_it_does_not_model(tmp_path):
+    rs = load_scenario(SCENARIOS / "baseline.yaml", ["workload.arrival={type: poisson, rate_per_s: 1.0}"])
+    with pytest.raises(InputError, match="closed-loop"):
+        predict_fast(rs)
+    rs = load_scenario(SCENARIOS / "baseline.yaml",
+                       ["workload.output_tokens={dist: uniform, low: 10, high: 100}"])
+    with pytest.raises(InputError, match="fixed lengths"):
+        predict_fast(rs)
