@@ -1,0 +1,102 @@
+"""Fitting a profile to measurements (simspec/calibration/fitting.py), on synthetic measurements whose
+true coefficients are known because the time model itself produced them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simspec.calibration.fitting import Box, build_scenario, fit, match_preset, modelled_step_ms
+from simspec.calibration.measurements import Measurements, RequestRecord, ServerDescription, StepTime
+from simspec.errors import InputError
+from simspec.scenario.loader import Coefficient, parse_scenario, resolve
+
+BOX = Box(gpu="h100-sxm", interconnect="nvlink4-nccl")
+TRUTH = {"memory_bandwidth_efficiency": 0.62, "spec_cpu_ms": 1.7, "scheduler_cpu_per_request_ms": 0.04}
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def _server(**kw) -> ServerDescription:
+    base = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp=1, sglang_version="0.5.10", algorithm="eagle3",
+                num_steps=3, topk=1, num_draft_tokens=4)
+    return ServerDescription(**(base | kw))
+
+
+def _measurements(truth: dict[str, float], batches=BATCHES) -> Measurements:
+    m = Measurements(server=_server(), sources=["synthetic"])
+    m.requests = [RequestRecord(concurrency=c, prompt_tokens=400, completion_tokens=200, spec_verify_ct=80,
+                                accept_histogram={0: 10, 1: 20, 2: 30, 3: 20}) for c in batches for _ in range(c)]
+    rs = resolve(parse_scenario(build_scenario(m, BOX, name="truth", concurrency=1), "t"), "t")
+    rs = dataclasses.replace(rs, coefficients=rs.coefficients | {k: Coefficient(v, "truth") for k, v in truth.items()})
+    context = 400 + 100  # prompt + half the output, what fit() assumes
+    m.step_times = [StepTime(batch_size=b, seconds=modelled_step_ms(rs, b, context) / 1e3, samples=10,
+                             source="synthetic") for b in batches]
+    return m
+
+
+def test_fit_reproduces_the_measured_step_times_and_brackets_the_truth():
+    f = fit(_measurements(TRUTH), BOX, name="t", bootstrap=30)
+    for _, measured, modelled in f.residuals_pct:
+        assert modelled == pytest.approx(measured, rel=0.01)
+    for name, true in TRUTH.items():
+        value, interval = f.parameters[name]
+        assert interval is not None
+        assert interval[0] - 1e-9 <= true <= interval[1] + 1e-9, (name, true, interval)
+    # every fitted coefficient is in the profile with its interval and a source naming the evidence
+    for name in TRUTH:
+        c = f.profile.coefficients[name]
+        assert c.interval_95 is not None and "batch sizes 1, 2, 4, 8, 16" in c.source
+
+
+def test_one_batch_size_reports_the_confounding():
+    f = fit(_measurements(TRUTH, batches=(1, 1, 1)), BOX, name="t", bootstrap=20)
+    assert any("confounded" in n for n in f.notes)
+
+
+def test_scenario_reproduces_the_server_and_its_acceptance():
+    m = _measurements(TRUTH)
+    sc = build_scenario(m, BOX, name="x", concurrency=4)
+    assert sc["model"] == "llama-3.1-8b"
+    assert sc["speculative"] == {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                                 "num_draft_tokens": 4}
+    # the server's histograms summed over every request: 10/20/30/20 steps accepted 0/1/2/3 drafts
+    n = len(m.requests)
+    assert sc["acceptance"]["histogram"] == [10.0 * n, 20.0 * n, 30.0 * n, 20.0 * n]
+    assert sc["workload"]["arrival"] == {"type": "closed", "concurrency": 4}
+    assert sc["workload"]["input_tokens"]["value"] == 400 and sc["workload"]["output_tokens"]["value"] == 200
+
+
+def test_accept_lengths_from_chunks_when_the_version_has_no_histogram():
+    m = Measurements(server=_server(), accept_lengths=[1, 2, 2, 4, 4, 4], sources=["s"])
+    sc = build_scenario(m, BOX, name="x", concurrency=1)
+    assert sc["acceptance"]["histogram"] == [1.0, 2.0, 0.0, 3.0]
+
+
+def test_baseline_server_has_no_speculative_section():
+    m = Measurements(server=_server(algorithm="none", num_steps=None, topk=None, num_draft_tokens=None))
+    sc = build_scenario(m, BOX, name="x", concurrency=1)
+    assert "speculative" not in sc and "acceptance" not in sc
+
+
+def test_model_names_map_to_presets_or_ask_for_the_flag():
+    names = ["llama-3.1-8b", "llama-3.1-70b", "kimi-k2.5", "kimi-k2"]
+    assert match_preset("meta-llama/Llama-3.1-8B-Instruct", names, "model", "--model") == "llama-3.1-8b"
+    assert match_preset("moonshotai/Kimi-K2.5", names, "model", "--model") == "kimi-k2.5"
+    with pytest.raises(InputError, match="--model"):
+        match_preset("/models/my-finetune", names, "model", "--model")
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"tp": None}, "--tp"),
+    ({"sglang_version": "0.4.4"}, "0.5.8 to 0.5.23"),
+])
+def test_what_the_server_did_not_say_is_asked_for(change, needle):
+    m = Measurements(server=_server(**change), step_times=[StepTime(batch_size=1, seconds=0.01, source="s")])
+    with pytest.raises(InputError, match=needle):
+        fit(m, BOX, name="x", bootstrap=0)
+
+
+def test_nothing_to_fit_is_an_error():
+    with pytest.raises(InputError, match="nothing to fit"):
+        fit(Measurements(server=_server()), BOX, name="x")
