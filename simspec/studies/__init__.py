@@ -1,0 +1,1 @@
+"""What-if studies: sweeps, plots, cost and the optimizer."""
