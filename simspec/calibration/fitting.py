@@ -7,10 +7,11 @@ What is fitted, and why only that:
   - From measured iteration times per running batch size: the memory-bandwidth efficiency (the weight- and
     KV-streaming rate, which sets a decode step on every GPU we model) and ONE fixed per-iteration overhead,
     the one the model exposes for this server: scheduler CPU without overlap (none), speculative CPU work
-    without overlap (EAGLE v1, n-gram), else the per-forward launch overhead. With several batch sizes the
-    per-request CPU slope is fitted too. The two fixed terms are confounded when every step time was measured
-    at one batch size; a weak prior at the defaults (presets/defaults.yaml) keeps the fit defined and the
-    bootstrap interval shows how little the data said.
+    without overlap (EAGLE v1, n-gram), else the per-forward launch overhead. With three or more batch sizes
+    a per-request slope is fitted too: exposed CPU per request without overlap, GPU time per request with it.
+    The two fixed terms are confounded when every step time was measured at one batch size; a weak prior
+    at the defaults (presets/defaults.yaml) keeps the fit defined and the bootstrap interval shows how little
+    the data said.
   - A torch-profiler trace's draft phase gives the draft step time directly (profile.draft_forward_ms).
   - Acceptance is not a profile field: it belongs to the drafter and the text, so it goes into the scenario
     that calibrate writes (a histogram of accepted drafts per verify step).
@@ -29,7 +30,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simspec import presets
-from simspec.calibration.measurements import Measurements, StepTime
+from simspec.calibration.measurements import Measurements, RequestRecord, StepTime
 from simspec.errors import InputError
 from simspec.scenario.loader import Coefficient as ResolvedCoefficient
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
@@ -40,9 +41,11 @@ from simspec.timing.iteration import IterationModel
 # step-time observation. Small enough that two batch sizes outvote it, large enough to pin a flat direction.
 PRIOR_WEIGHT = 0.01
 PRIOR_SCALE = {"memory_bandwidth_efficiency": 0.15, "compute_efficiency": 0.15, "scheduler_cpu_ms": 1.0,
-               "spec_cpu_ms": 1.0, "forward_overhead_ms": 0.3, "scheduler_cpu_per_request_ms": 0.05}
+               "spec_cpu_ms": 1.0, "forward_overhead_ms": 0.3, "scheduler_cpu_per_request_ms": 0.05,
+               "decode_per_request_us": 50.0}
 BOUNDS = {"memory_bandwidth_efficiency": (0.2, 1.0), "compute_efficiency": (0.1, 1.0), "scheduler_cpu_ms": (0.0, 50.0),
-          "spec_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0), "scheduler_cpu_per_request_ms": (0.0, 5.0)}
+          "spec_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0), "scheduler_cpu_per_request_ms": (0.0, 5.0),
+          "decode_per_request_us": (0.0, 5000.0)}
 
 
 @dataclass(frozen=True)
@@ -109,16 +112,31 @@ def _drafter_for(meas: Measurements, box: Box, model: str) -> str | None:
 # ------------------------------------------------------------------------------------------ the scenario
 
 
+def histogram_from_requests(records: list[RequestRecord], max_drafts: int) -> list[float] | None:
+    """The server's per-request histograms summed (verify steps that accepted k drafts).
+
+    SGLang counts a step by the drafts the target accepted, even when the request's length limit then cut the
+    step short (eagle_info.py verify: the histogram reads accept_index_cpu, taken before the cut), so these are
+    the drafter's untruncated outcomes; the simulator cuts the last step itself, as the server does."""
+    with_hist = [r for r in records if r.accept_histogram]
+    if not with_hist:
+        return None
+    hist = np.zeros(max_drafts + 1)
+    for r in with_hist:
+        assert r.accept_histogram is not None
+        for k, n in r.accept_histogram.items():
+            hist[min(int(k), max_drafts)] += n
+    return hist.tolist() if hist.sum() > 0 else None
+
+
 def _accept_histogram(meas: Measurements, max_drafts: int) -> tuple[list[float], str] | None:
     """Verify steps that accepted k drafts, k = 0..max_drafts: the server's own histogram when the version
     has one, else the per-step accept lengths streamed chunks showed."""
     hist = np.zeros(max_drafts + 1)
-    from_server = [r.accept_histogram for r in meas.requests if r.accept_histogram]
-    if from_server:
-        for h in from_server:
-            for k, n in h.items():
-                hist[min(int(k), max_drafts)] += n
-        return hist.tolist(), f"spec accept histogram of {len(from_server)} requests (server meta_info)"
+    from_server = histogram_from_requests(meas.requests, max_drafts)
+    if from_server is not None:
+        n = sum(1 for r in meas.requests if r.accept_histogram)
+        return from_server, f"spec accept histogram of {n} requests (server meta_info)"
     if meas.accept_lengths:
         for al in meas.accept_lengths:
             hist[min(max(int(round(al)) - 1, 0), max_drafts)] += 1
@@ -171,7 +189,7 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
         if s.algorithm == "ngram" and s.ngram:
             spec["ngram"] = dict(s.ngram)
         scenario["speculative"] = spec
-        max_drafts = _max_drafts(s)
+        max_drafts = max_drafts_of(s)
         hist = _accept_histogram(meas, max_drafts)
         if hist is not None:
             scenario["acceptance"] = {"histogram": hist[0], "source": f"measured: {hist[1]}"}
@@ -199,7 +217,7 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
     return scenario
 
 
-def _max_drafts(s: Any) -> int:
+def max_drafts_of(s: Any) -> int:
     if s.algorithm == "ngram":
         return max((s.num_draft_tokens or 12) - 1, 1)
     steps = s.num_steps or 3
@@ -236,8 +254,9 @@ def free_parameters(rs: ResolvedScenario, batch_sizes: set[int]) -> list[str]:
     else:
         fixed = "forward_overhead_ms"
     names = ["memory_bandwidth_efficiency", fixed]
-    if len(batch_sizes) >= 3 and not rs.overlap:
-        names.append("scheduler_cpu_per_request_ms")
+    if len(batch_sizes) >= 3:
+        # per-request growth: exposed CPU without overlap, GPU-side work with it (overlap hides the CPU's)
+        names.append("decode_per_request_us" if rs.overlap else "scheduler_cpu_per_request_ms")
     return names
 
 

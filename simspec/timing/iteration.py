@@ -94,6 +94,7 @@ class IterationModel:
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
         self._ngram_ms_per_req = c("ngram_cpu_per_request_us") / 1e3
+        self._gpu_per_req_ms = c("decode_per_request_us") / 1e3
         self.steps, self.topk, self.n = rs.num_steps, rs.topk, rs.num_draft_tokens
         self._extend_tokens = self.n if rs.spec_v2 else self.steps + 1
         self._plans: dict[int, tuple[PlannedForward, ...]] = {}
@@ -165,6 +166,7 @@ class IterationModel:
                 v_compute += compute + launch
                 v_comm += comm
             roof += repeats * froof
+        v_compute += self._gpu_per_req_ms * bs
         extra = 0.0
         if self.rs.speculative:
             extra = self._spec_cpu_ms + (self._ngram_ms_per_req * bs if self.draft is None else 0.0)

@@ -1,0 +1,344 @@
+"""`simspec calibrate`: measure a live SGLang server (or read its logs, benchmarks and traces), fit a profile,
+write a scenario that reproduces the server, and say how well the model then predicts what was measured."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from simspec.errors import InputError
+
+DEFAULT_DIR = Path("calibration") / "profiles"
+
+
+def _int_list(value: str, flag: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"must be a comma-separated list of positive integers, e.g. 1,2,4,8 (got {value!r})",
+                         key=flag) from None
+    if not out or any(v < 1 for v in out):
+        raise InputError(f"must be a comma-separated list of positive integers, e.g. 1,2,4,8 (got {value!r})",
+                         key=flag)
+    return sorted(set(out))
+
+
+def _outputs(out: str | None, name: str) -> tuple[Path, Path, Path]:
+    profile = Path(out) if out else DEFAULT_DIR / f"{name}.yaml"
+    if profile.suffix not in (".yaml", ".yml"):
+        raise InputError("the profile is YAML: give a path ending in .yaml", file=str(profile), key="--out")
+    scenario = profile.with_name(profile.stem + ".scenario.yaml")
+    measurements = profile.with_name(profile.stem + ".measurements.json")
+    return profile, scenario, measurements
+
+
+def _check_overwrite(paths: list[Path], force: bool, resume: bool, measurements: Path) -> None:
+    if force:
+        return
+    for p in paths:
+        if p.exists() and not (resume and p == measurements):
+            raise InputError("exists; pass --force to overwrite it (or --out to write elsewhere)", file=str(p),
+                             key="--out")
+
+
+def _profile_traces(host: str, steps: int, trace_dir: str | None, ssh: str | None, timeout: float,
+                    concurrency: int, prompts: list[dict[str, Any]], max_new_tokens: int) -> Path:
+    """Ask the server to profile `steps` iterations while a short workload runs, then find its traces: in
+    trace_dir (a directory the server writes to, visible here) or copied over ssh from the server host."""
+    import httpx
+
+    from simspec.calibration.live import normalise_base_url, run_workload
+
+    base = normalise_base_url(host)
+    remote_dir = f"/tmp/simspec-profile-{int(time.time())}"
+    out_dir = trace_dir or remote_dir
+    body = {"output_dir": out_dir, "num_steps": steps, "activities": ["CPU", "GPU"], "with_stack": True,
+            "record_shapes": False}
+    try:
+        resp = httpx.post(f"{base}/start_profile", json=body, timeout=timeout, trust_env=False)
+    except httpx.HTTPError as exc:
+        raise InputError(f"POST {base}/start_profile failed: {exc}", key="--profile-steps") from None
+    if resp.status_code >= 400:
+        raise InputError(f"POST {base}/start_profile answered {resp.status_code}: {resp.text[:200]}"
+                         " (is the server started with a profiler-capable build?)", key="--profile-steps")
+    # the profiler records the next `steps` forward passes: give it traffic
+    run_workload(host, prompts, [concurrency], max_new_tokens=max_new_tokens, num_requests=concurrency,
+                 progress=False, timeout=timeout, warmup=0, flush_cache=False)
+    if ssh:
+        local = Path(tempfile.mkdtemp(prefix="simspec-traces-"))
+        if shutil.which("scp") is None:
+            raise InputError("scp is not installed here; copy the traces yourself and pass --from-trace DIR",
+                             key="--ssh")
+        deadline = time.monotonic() + timeout
+        while True:
+            res = subprocess.run(["scp", "-q", "-o", "BatchMode=yes", f"{ssh}:{out_dir}/*.trace.json*", str(local)],
+                                 capture_output=True, text=True, timeout=timeout)
+            if res.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+        if res.returncode != 0:
+            raise InputError(f"could not copy the traces from {ssh}:{out_dir}: {res.stderr.strip()[:200]}",
+                             key="--ssh")
+        return local
+    path = Path(out_dir)
+    deadline = time.monotonic() + timeout
+    while not any(path.glob("*.trace.json*")):
+        if time.monotonic() > deadline:
+            raise InputError(f"no *.trace.json(.gz) appeared in {path} within {timeout:g} s: is it the directory"
+                             " the server writes to (same filesystem)? Otherwise use --ssh USER@HOST",
+                             key="--trace-dir")
+        time.sleep(1.0)
+    time.sleep(2.0)  # the server writes one file per TP rank; let the others land
+    return path
+
+
+def _write_yaml(path: Path, data: dict, header: str) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=110))
+    tmp.replace(path)
+
+
+def _compare(scenario_path: Path, meas: Any, fitted_steps: list[tuple[int, float, float]]) -> list[dict]:
+    """Predict the written scenario at every measured concurrency: measured vs predicted tok/s and step time."""
+    from simspec.calibration.fitting import histogram_from_requests, max_drafts_of
+    from simspec.predict import predict
+    from simspec.scenario.loader import load_scenario
+
+    rows = []
+    step_at = {b: (m, p) for b, m, p in fitted_steps}
+    for point in sorted(meas.throughput, key=lambda t: t.concurrency):
+        c = point.concurrency
+        n = sum(1 for r in meas.requests if r.concurrency == c) or 4 * c
+        overrides = [f"workload.arrival.concurrency={c}", f"workload.num_requests={max(n, c)}"]
+        at_c = [r for r in meas.requests if r.concurrency == c]
+        if at_c:
+            prompt = max(1, round(sum(r.prompt_tokens for r in at_c) / len(at_c)))
+            output = max(2, round(sum(r.completion_tokens for r in at_c) / len(at_c)))
+            overrides += [f"workload.input_tokens.value={prompt}", f"workload.output_tokens.value={output}"]
+            # the acceptance these requests realised: a few hundred verify steps per concurrency drift a few %
+            # from the pooled histogram, and the comparison is about time, not about sampling luck
+            hist = histogram_from_requests(at_c, max_drafts_of(meas.server))
+            if hist is not None:
+                overrides.append(f"acceptance={{histogram: {hist}, source: 'measured at concurrency {c}'}}")
+        result = predict(load_scenario(scenario_path, overrides))
+        measured_step = step_at.get(c, (None, None))[0]
+        rows.append({
+            "concurrency": c, "source": point.source,
+            "measured_tokens_per_s": point.tokens_per_s, "predicted_tokens_per_s": result["tokens_per_s"],
+            "error_pct": (result["tokens_per_s"] / point.tokens_per_s - 1) * 100 if point.tokens_per_s else None,
+            "measured_iteration_ms": measured_step, "predicted_iteration_ms": result["iteration_ms"],
+            "measured_accept_length": point.accept_length, "predicted_accept_length": result["accept_length"],
+        })
+    return rows
+
+
+@click.command()
+@click.option("--host", default=None, help="SGLang server: HOST, HOST:PORT or a URL.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port when --host has none (30000).")
+@click.option("--concurrency", "concurrency_text", default="1,2,4,8", show_default=True,
+              help="Concurrencies to measure, comma-separated.")
+@click.option("--prompts", type=click.Path(dir_okay=False), default=None,
+              help="JSONL prompts (text, input_ids or messages); default: the shipped chat prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=2), default=256, show_default=True)
+@click.option("--num-requests", type=click.IntRange(min=1), default=None,
+              help="Requests per concurrency (default 3 waves).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds to wait for any one server answer.")
+@click.option("--from-log", "logs", multiple=True, type=click.Path(dir_okay=False),
+              help="An SGLang server log (decode-log lines; repeatable).")
+@click.option("--from-bench", "benches", multiple=True, type=click.Path(dir_okay=False),
+              help="bench_serving / bench_one_batch(_server) output (repeatable).")
+@click.option("--from-trace", "traces", multiple=True, type=click.Path(),
+              help="A directory or file of torch-profiler traces (repeatable).")
+@click.option("--from-metrics", "metrics", multiple=True, type=click.Path(dir_okay=False),
+              help="A saved /metrics scrape (Prometheus text; repeatable).")
+@click.option("--collectives", type=click.Path(dir_okay=False), default=None,
+              help="Table from calibration/collective_bench.py or nccl-tests: fitted into the all-reduce curve.")
+@click.option("--profile-steps", type=click.IntRange(min=1), default=None,
+              help="Profile N server iterations with /start_profile and split GPU time from the traces.")
+@click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the server writes profiler traces, when visible from here.")
+@click.option("--ssh", default=None, metavar="USER@HOST", help="Copy profiler traces from the server host over ssh.")
+@click.option("--gpu", required=True, help="GPU preset of the box (simspec presets).")
+@click.option("--interconnect", required=True, help="Interconnect preset of the box (simspec presets).")
+@click.option("--num-gpus", type=click.IntRange(min=1), default=None, help="GPUs in the box (default: tp).")
+@click.option("--model", default=None, help="Model preset (default: matched from the server's model path).")
+@click.option("--drafter", default=None, help="Drafter preset (default: matched from the server's draft model).")
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="TP degree when no source says it.")
+@click.option("--name", default=None, help="Profile name (default: <model>-<gpu>-tp<N>-<algorithm>).")
+@click.option("--out", default=None, help="Profile path (default calibration/profiles/NAME.yaml).")
+@click.option("--force", is_flag=True, help="Overwrite an existing profile, scenario and measurements file.")
+@click.option("--resume", is_flag=True, help="Continue a stopped live run from its saved measurements.")
+@click.option("--bootstrap", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Bootstrap resamples for the 95% intervals.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def calibrate(host: str | None, port: int | None, concurrency_text: str, prompts: str | None, max_new_tokens: int,
+              num_requests: int | None, timeout: float, logs: tuple[str, ...], benches: tuple[str, ...],
+              traces: tuple[str, ...], metrics: tuple[str, ...], collectives: str | None,
+              profile_steps: int | None, trace_dir: str | None, ssh: str | None, gpu: str, interconnect: str,
+              num_gpus: int | None, model: str | None, drafter: str | None, tp: int | None, name: str | None,
+              out: str | None, force: bool, resume: bool, bootstrap: int, as_json: bool) -> None:
+    """Measure an SGLang server and write the profile the time model uses, so predictions speak for that box.
+
+    Sources combine: a live server (--host), its logs, benchmark files, profiler traces, /metrics scrapes and a
+    collective microbenchmark table. Writes the profile, a scenario reproducing the measured server and
+    workload (PROFILE.scenario.yaml) and the raw measurements (PROFILE.measurements.json), then prints measured
+    vs predicted tok/s and iteration time per concurrency.
+    """
+    args = dict(locals())
+    from simspec.cli import fail
+
+    try:
+        _run(**args)
+    except InputError as err:
+        fail(err)
+
+
+def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: str | None, max_new_tokens: int,
+         num_requests: int | None, timeout: float, logs: tuple[str, ...], benches: tuple[str, ...],
+         traces: tuple[str, ...], metrics: tuple[str, ...], collectives: str | None, profile_steps: int | None,
+         trace_dir: str | None, ssh: str | None, gpu: str, interconnect: str, num_gpus: int | None,
+         model: str | None, drafter: str | None, tp: int | None, name: str | None, out: str | None, force: bool,
+         resume: bool, bootstrap: int, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simspec import presets
+    from simspec.calibration.fitting import Box, fit
+    from simspec.calibration.measurements import Measurements
+
+    if not any((host, logs, benches, traces, metrics, collectives)):
+        raise InputError("nothing to calibrate from: give --host, --from-log, --from-bench, --from-trace,"
+                         " --from-metrics or --collectives")
+    if profile_steps and not host:
+        raise InputError("--profile-steps profiles a live server: give --host too", key="--profile-steps")
+    if profile_steps and not (trace_dir or ssh):
+        raise InputError("--profile-steps needs --trace-dir DIR (the server's profiler directory, visible here) or"
+                         " --ssh USER@HOST (to copy the traces)", key="--profile-steps")
+    if resume and not host:
+        raise InputError("--resume continues a live run: give --host too", key="--resume")
+    for flag, value, table in (("--gpu", gpu, presets.gpus()), ("--interconnect", interconnect,
+                                                                presets.interconnects())):
+        if value not in table:
+            raise InputError(f"unknown preset {value!r}; known: {', '.join(sorted(table))}", key=flag)
+    concurrencies = _int_list(concurrency_text, "--concurrency")
+    if host and port and ":" not in host.split("//")[-1]:
+        host = f"{host}:{port}"
+
+    console = Console(stderr=True)
+    meas = Measurements()
+    for path in logs:
+        from simspec.calibration.sources import read_decode_log
+        meas = meas.merge(read_decode_log(path))
+    for path in benches:
+        from simspec.calibration.sources import read_bench
+        meas = meas.merge(read_bench(path))
+    for path in traces:
+        from simspec.calibration.sources import read_traces
+        meas = meas.merge(read_traces(path))
+    for path in metrics:
+        from simspec.calibration.sources import read_metrics
+        meas = meas.merge(read_metrics(path))
+    curve = None
+    if collectives:
+        from simspec.calibration.collectives import fit_collective_table, read_collectives
+        meas = meas.merge(read_collectives(collectives))
+        curve = fit_collective_table(collectives)
+    if tp is not None and meas.server.tp is None:
+        meas = meas.model_copy(update={"server": meas.server.model_copy(update={"tp": tp})})
+
+    # the profile's name needs the server's description: ask it first when live
+    live_server = None
+    if host:
+        from simspec.calibration.live import describe_server
+        live_server = describe_server(host, timeout=min(timeout, 30.0))
+    server = live_server or meas.server
+    algorithm = server.algorithm if server else "none"
+    if name is None:
+        model_name = model or (server.model_path or "model").rstrip("/").split("/")[-1].lower()
+        name = f"{model_name}-{gpu}-tp{server.tp or tp or 1}-{algorithm}"
+    profile_path, scenario_path, measurements_path = _outputs(out, name)
+    _check_overwrite([profile_path, scenario_path, measurements_path], force, resume, measurements_path)
+
+    if host:
+        from simspec.calibration.live import load_prompts, run_workload
+        previous = None
+        if resume:
+            if not measurements_path.exists():
+                raise InputError("nothing to resume: no saved measurements", file=str(measurements_path),
+                                 key="--resume")
+            previous = Measurements.load(measurements_path)
+        measurements_path.parent.mkdir(parents=True, exist_ok=True)
+        prompt_list = load_prompts(prompts)
+        live = run_workload(host, prompt_list, concurrencies, max_new_tokens=max_new_tokens,
+                            num_requests=num_requests, measurements=previous, save_path=str(measurements_path),
+                            progress=not as_json, timeout=timeout, server=live_server)
+        if profile_steps:
+            found = _profile_traces(host, profile_steps, trace_dir, ssh, timeout, max(concurrencies), prompt_list,
+                                    max_new_tokens)
+            from simspec.calibration.sources import read_traces
+            live = live.merge(read_traces(found))
+        # live measurements first: the server's own description wins over what files said
+        meas = live.merge(meas)
+    meas.save(measurements_path)
+
+    result = fit(meas, Box(gpu=gpu, interconnect=interconnect, num_gpus=num_gpus, model=model, drafter=drafter),
+                 name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
+    profile_data = result.profile.model_dump(exclude_none=True, mode="json")
+    _write_yaml(profile_path, profile_data,
+                "# Written by simspec calibrate. Fitted figures carry their 95% bootstrap interval and evidence;\n"
+                f"# the raw measurements are in {measurements_path.name}.\n")
+    scenario = dict(result.scenario)
+    scenario["calibration"] = profile_path.name
+    _write_yaml(scenario_path, scenario,
+                "# Written by simspec calibrate: reproduces the measured server and workload. Change the workload\n"
+                "# (or --set it) to ask what-if questions of this box.\n")
+    comparison = _compare(scenario_path, meas, result.residuals_pct)
+
+    summary = {
+        "profile": str(profile_path), "scenario": str(scenario_path), "measurements": str(measurements_path),
+        "sources": meas.sources,
+        "parameters": {k: {"value": v, "interval_95": iv} for k, (v, iv) in result.parameters.items()},
+        "step_times": [{"batch_size": b, "measured_ms": m, "fitted_ms": p} for b, m, p in result.residuals_pct],
+        "comparison": comparison, "notes": result.notes,
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    out_console = Console()
+    t = Table(title="fitted coefficients", title_justify="left")
+    for col in ("coefficient", "value", "95% interval"):
+        t.add_column(col)
+    for k, (v, iv) in result.parameters.items():
+        t.add_row(k, f"{v:.4g}", "n/a" if iv is None else f"[{iv[0]:.4g}, {iv[1]:.4g}]")
+    if result.profile.draft_forward_ms is not None:
+        t.add_row("draft_forward_ms", f"{result.profile.draft_forward_ms.value:.4g}", "from the trace")
+    if curve is not None:
+        t.add_row("all_reduce curve", f"{len(curve.points_bytes_us)} points", escape(curve.source))
+    out_console.print(t)
+    c = Table(title="measured vs predicted (the written scenario)", title_justify="left")
+    for col in ("concurrency", "tok/s measured", "tok/s predicted", "error", "iteration ms measured",
+                "iteration ms predicted"):
+        c.add_column(col, justify="right")
+    for row in comparison:
+        err = row["error_pct"]
+        c.add_row(str(row["concurrency"]), f"{row['measured_tokens_per_s']:.2f}",
+                  f"{row['predicted_tokens_per_s']:.2f}", "n/a" if err is None else f"{err:+.1f}%",
+                  "n/a" if row["measured_iteration_ms"] is None else f"{row['measured_iteration_ms']:.3f}",
+                  f"{row['predicted_iteration_ms']:.3f}")
+    out_console.print(c)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    console.print(f"wrote {escape(str(profile_path))}, {escape(str(scenario_path))} and "
+                  f"{escape(str(measurements_path))}", highlight=False)

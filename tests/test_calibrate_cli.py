@@ -1,0 +1,111 @@
+"""`simspec calibrate` end to end: a fake SGLang server with known step times and acceptance -> calibrate ->
+profile + scenario -> prediction. Also the offline sources and what the user sees when input is bad."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simspec.cli import main
+from tests.conftest import ROOT
+from tests.fake_sglang import FakeSGLang
+
+DATA = ROOT / "tests" / "data" / "sglang"
+BOX = ["--gpu", "h100-sxm", "--interconnect", "nvlink4-nccl", "--model", "llama-3.1-8b"]
+
+
+def _calibrate(args: list[str]) -> tuple[int, dict | str]:
+    res = CliRunner().invoke(main, ["calibrate", *args])
+    if res.exit_code != 0:
+        return res.exit_code, res.output
+    return 0, json.loads(res.output)
+
+
+@pytest.mark.parametrize(("algorithm", "rates"), [("eagle3", [0.8, 0.6, 0.4]), ("none", [])])
+def test_round_trip_recovers_the_server_and_predicts_it(tmp_path, algorithm, rates):
+    out = tmp_path / "p.yaml"
+    # known parameters: 8 ms + 2 ms per running request per step, the chain rates, and a 7 ms prefill (a
+    # physical one: a prefill reads the 16 GB of weights once, >= 4.8 ms on an H100; calibrate does not fit
+    # prefill, so the fake's must be one the time model can share)
+    with FakeSGLang("0.5.10", algorithm=algorithm, chain_rates=rates, step_fixed_s=0.008,
+                    step_per_request_s=0.002, prefill_s=0.007, seed=1) as fake:
+        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,4", "--max-new-tokens", "96",
+                                "--bootstrap", "20", "--out", str(out), "--json", *BOX])
+        assert code == 0, res
+        # recovered: the step time at each concurrency the run mostly held (tolerance 10%: timing jitter on a
+        # shared 2-core machine, tests/test_calibrate_live.py)
+        fitted = {s["batch_size"]: s["fitted_ms"] for s in res["step_times"]}
+        for b in (1, 2, 4):
+            assert fitted[b] == pytest.approx(fake.step_time(b) * 1e3, rel=0.10), b
+        scenario = yaml.safe_load((tmp_path / "p.scenario.yaml").read_text())
+        if algorithm == "none":
+            assert "speculative" not in scenario
+        else:
+            hist = scenario["acceptance"]["histogram"]
+            mean = 1 + sum(k * n for k, n in enumerate(hist)) / sum(hist)
+            assert mean == pytest.approx(fake.expected_accept_length(), rel=0.08)
+            assert scenario["speculative"]["algorithm"] == "eagle3"
+        # the written scenario predicts what was measured
+        assert len(res["comparison"]) == 3
+        for row in res["comparison"]:
+            assert abs(row["error_pct"]) <= 5.0, row
+    profile = yaml.safe_load(out.read_text())
+    assert profile["measured_on"] == {"gpu": "h100-sxm", "interconnect": "nvlink4-nccl", "tp": 1,
+                                      "model": "llama-3.1-8b"}
+    assert profile["provenance"]["sglang_version"] == "0.5.10"
+    assert profile["provenance"]["server_args"]["speculative_algorithm"] in ("EAGLE3", None)
+    for c in profile["coefficients"].values():
+        assert "interval_95" in c and "fitted by simspec calibrate" in c["source"]
+    assert (tmp_path / "p.measurements.json").exists()
+    # the scenario points at the profile and predicts on its own
+    res = CliRunner().invoke(main, ["predict", str(tmp_path / "p.scenario.yaml"), "--json"])
+    assert res.exit_code == 0, res.output
+
+
+def test_offline_log_calibrates_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "log.yaml"
+    args = ["--from-log", str(DATA / "sglang-0.5.10-nospec-tp1-logms.log"), "--out", str(out), "--bootstrap", "10",
+            "--json", *BOX]
+    code, res = _calibrate(args)
+    assert code == 0, res
+    assert res["parameters"] and (tmp_path / "log.scenario.yaml").exists()
+    first = out.read_text()
+    code, msg = _calibrate(args)
+    assert code == 2 and "exists" in msg and "--force" in msg
+    assert out.read_text() == first  # nothing lost
+    code, _ = _calibrate(args + ["--force"])
+    assert code == 0
+
+
+def test_collective_table_becomes_the_profile_curve(tmp_path):
+    table = tmp_path / "ar.csv"
+    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n"
+                     + "".join(f"{b},{10 + b / 2e4:.3f},8,nccl,1,all_reduce\n" for b in (1024, 4096, 65536, 1 << 20,
+                                                                                        1 << 24)))
+    out = tmp_path / "c.yaml"
+    code, res = _calibrate(["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--collectives", str(table),
+                            "--out", str(out), "--bootstrap", "0", "--json", "--gpu", "h200-sxm",
+                            "--interconnect", "nvlink4-nccl"])
+    if code != 0:
+        pytest.fail(str(res))
+    profile = yaml.safe_load(out.read_text())
+    assert profile["all_reduce"]["measured_gpus"] == 8
+    assert len(profile["all_reduce"]["points_bytes_us"]) >= 2
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    ([], "nothing to calibrate from"),
+    (["--host", "127.0.0.1:9"], "cannot reach"),
+    (["--host", "127.0.0.1:9", "--concurrency", "1,x"], "--concurrency"),
+    (["--from-log", "missing.log"], "missing.log"),
+    (["--host", "127.0.0.1:9", "--profile-steps", "5"], "--trace-dir"),
+    (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--gpu", "h1000"], "--gpu"),
+])
+def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, needle):
+    base = ["--gpu", "h100-sxm", "--interconnect", "nvlink4-nccl", "--out", str(tmp_path / "x.yaml")]
+    res = CliRunner().invoke(main, ["calibrate", *base, *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
