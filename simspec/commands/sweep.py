@@ -1,0 +1,65 @@
+"""`simspec sweep FILE`: predict every point of a sweep file and write the table (CSV, Parquet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+MAX_WARNINGS = 20  # failed points named one per line; the table's `error` column has them all
+
+
+@click.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="CSV table to write (default: the sweep file's name with .csv, in this directory).")
+@click.option("--parquet", "parquet", type=click.Path(dir_okay=False), default=None,
+              help="Also write the table as Parquet (needs pyarrow).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel workers (local processes, or CPUs of a local Ray). Default: every core.")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool on this machine; ray: Ray tasks (pip install 'simspec[ray]').")
+@click.option("--address", default=None, help="Ray cluster address (with --backend ray); default: a local Ray.")
+@click.option("--fast", is_flag=True, help="Use the analytic fast path instead of the discrete-event engine.")
+def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | None, backend: str,
+          address: str | None, fast: bool) -> None:
+    """Run every point of SWEEP_FILE (a base scenario plus grid, points and/or setups) and write one row per
+    point: the varied fields, then the prediction's figures. A point that fails validation gets its reason in
+    the `error` column and a warning; the others still run."""
+    import time
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from simspec.cli import fail
+    from simspec.errors import InputError
+    from simspec.studies import sweep as S
+
+    err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+    out_path = out or f"{Path(sweep_file).stem}.csv"
+    try:
+        S.check_backend(backend, address)
+        if parquet:
+            S.require_pyarrow()
+        spec = S.load_sweep(sweep_file)
+        t0 = time.perf_counter()
+        df = S.run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=True)
+        elapsed = time.perf_counter() - t0
+        S.write_csv(df, out_path)
+        if parquet:
+            S.write_parquet(df, parquet)
+    except InputError as err:
+        fail(err)
+        return
+    failed = S.failed_points(df)
+    for _, row in failed.head(MAX_WARNINGS).iterrows():
+        where = ", ".join(f"{c}={row[c]}" for c in spec.input_columns[1:])
+        reason = escape(str(row["error"]))
+        err_console.print(f"[yellow]warning:[/] point {row['point']} ({escape(where)}) failed: {reason}")
+    if len(failed) > MAX_WARNINGS:
+        err_console.print(f"[yellow]warning:[/] {len(failed) - MAX_WARNINGS} more points failed; the table's"
+                          " `error` column says why")
+    written = out_path + (f" and {parquet}" if parquet else "")
+    click.echo(f"{len(df)} points ({len(failed)} failed) in {elapsed:.1f} s -> {written}")
+    if len(failed) == len(df):
+        fail(InputError(f"every point failed; the first: {failed.iloc[0]['error']}", file=sweep_file))

@@ -1,0 +1,598 @@
+"""Sweeps: one scenario, many variations, one table of predictions (one row per point).
+
+A sweep file (YAML) names a base scenario and what to vary:
+
+    name: draft-budget                      # optional
+    description: ...                        # optional
+    base: ../eagle3.yaml                    # a scenario file, relative to this file; or
+    # scenario: {...}                       #   an inline scenario mapping (its calibration path is then
+                                            #   relative to this file)
+    setups:                                 # optional: named change sets, one coherent setup each
+      baseline: {speculative: {algorithm: none}, acceptance: null}
+      eagle3: {speculative.num_draft_tokens: 4, acceptance.accept_length: 1.8}
+    points:                                 # optional: a list of change sets, each one point
+      - {speculative.num_steps: 1, speculative.num_draft_tokens: 2}
+      - {speculative.num_steps: 3, speculative.num_draft_tokens: 4}
+    grid:                                   # optional: field path -> list of values (cartesian product)
+      acceptance.accept_length: [1.5, 2.0, 2.5]
+      workload.arrival.concurrency: [1, 8, 64]
+
+Field paths are those of `simspec predict --set` (checked against the scenario schema before anything runs). A
+value may be a scalar, a list or a mapping: a mapping replaces the whole section it names (`acceptance: {...}`
+drops the base's acceptance figures), `null` clears a field. The points are setups x points x grid (the
+last grid key varies fastest); each point applies its setup's changes, then its point's, then its grid values,
+so a later one wins where two set the same field.
+
+The table has, in this order: `point` (0, 1, ...), `setup` (when setups are given), one column per varied field
+path holding the value the point actually used (lists and mappings as JSON), `error` (empty unless the point
+failed validation), then the prediction flattened (`simspec predict --json`: its setup figures unprefixed,
+nested figures as `breakdown_ms.cpu`, the baseline's as `baseline.iteration_ms`), and three derived columns:
+`concurrency` (closed loop) or `arrival_rate_per_s` (Poisson), `allreduce_token_us` (one all-reduce of one
+token's hidden state on this box: the interconnect's small-message time) and `allreduce_verify_us` (one
+all-reduce of one request's verify, num_draft_tokens hidden states; a plain decode's one token without
+speculation). Columns left of `error` are a point's inputs; plots rely on that order.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simspec.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SWEEP_KEYS = ("name", "description", "base", "scenario", "setups", "points", "grid")
+BACKENDS = ("local", "ray")
+FIXED_COLUMNS = ("point", "setup", "error")
+# predict()'s entries that are not figures of one point
+_SKIPPED_RESULT_KEYS = ("sources",)
+
+
+# ------------------------------------------------------------------------------------------ the sweep file
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    setup: str | None
+    changes: tuple[tuple[str, Any], ...]  # (field path, value), applied in order
+    inputs: dict[str, Any]  # varied field path -> the value this point used (JSON text for lists/mappings)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    file: str
+    name: str
+    description: str
+    base_path: str  # what the scenario is resolved against: the base file, or the sweep file for `scenario:`
+    base: dict[str, Any]
+    has_setups: bool
+    fields: tuple[str, ...]  # varied field paths, in column order
+    points: tuple[Point, ...]
+
+    @property
+    def input_columns(self) -> list[str]:
+        return ["point"] + (["setup"] if self.has_setups else []) + list(self.fields)
+
+
+def _schema_models(annotation: Any) -> tuple[Any, ...]:
+    """The pydantic model classes a field annotation can hold (several for a union, none for a scalar/list)."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return tuple(a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel))
+    return ()
+
+
+def check_field_path(path: Any, file: str, key: str) -> str:
+    """A scenario field path as `--set` takes it (`workload.arrival.concurrency`), checked against the schema."""
+    from simspec.scenario.schema import Scenario
+
+    if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
+        raise InputError(f"{path!r} is not a field path; write it like workload.arrival.concurrency", file=file,
+                         key=key)
+    parts = path.split(".")
+    models: tuple[Any, ...] = (Scenario,)
+    for i, part in enumerate(parts):
+        if not models:
+            raise InputError(f"{'.'.join(parts[:i])} is a single value, not a section: set it whole", file=file,
+                             key=key)
+        field = next((m.model_fields[part] for m in models if part in m.model_fields), None)
+        if field is None:
+            allowed = sorted({f for m in models for f in m.model_fields})
+            where = ".".join(parts[:i]) or "the top level of a scenario"
+            raise InputError(f"unknown scenario field {part!r} in {where}; allowed there: {', '.join(allowed)}",
+                             file=file, key=key)
+        models = _schema_models(field.annotation)
+    return path
+
+
+def _changes(mapping: Any, file: str, key: str) -> tuple[tuple[str, Any], ...]:
+    if mapping is None:
+        return ()
+    if not isinstance(mapping, dict):
+        raise InputError(f"must be a mapping of field paths to values, got {type(mapping).__name__}", file=file,
+                         key=key)
+    return tuple((check_field_path(k, file, f"{key}.{k}"), v) for k, v in mapping.items())
+
+
+def set_field(data: dict[str, Any], path: str, value: Any, file: str) -> None:
+    """Set one field of a raw scenario mapping in place, as `--set path=value` does (missing sections are
+    created; a mapping value replaces the section it names), but with a structured value, not a string."""
+    node = data
+    parts = path.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping here (it is {child!r}), so {path} cannot"
+                             " be set", file=file, key=path)
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def apply_changes(data: dict[str, Any], changes: Sequence[tuple[str, Any] | str], file: str) -> dict[str, Any]:
+    """A copy of `data` with the changes applied in order: (path, value) pairs, or `path=value` strings
+    exactly as `simspec predict --set` takes them."""
+    from simspec.scenario.reading import apply_overrides
+
+    out = copy.deepcopy(data)
+    for change in changes:
+        if isinstance(change, str):
+            out = apply_overrides(out, [change], file)
+        else:
+            path, value = change
+            set_field(out, path, value, file)
+    return out
+
+
+def _get_field(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: scalars as they are, lists and mappings as compact JSON text."""
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, separators=(", ", ": "), default=str)
+    return value
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file, and expand it into its points. Every problem with the file itself is an
+    InputError naming the file and the key; problems of single points show up when they are predicted."""
+    from simspec.scenario.reading import read_yaml
+
+    file = str(path)
+    spec = read_yaml(path)
+    unknown = [k for k in spec if k not in SWEEP_KEYS]
+    if unknown:
+        raise InputError(f"unknown key; allowed keys in a sweep file: {', '.join(SWEEP_KEYS)}", file=file,
+                         key=str(unknown[0]))
+    here = Path(file).parent
+    if ("base" in spec) == ("scenario" in spec):
+        raise InputError("give exactly one of `base:` (a scenario file, relative to this sweep file) or"
+                         " `scenario:` (an inline scenario mapping)", file=file, key="base")
+    if "base" in spec:
+        base_ref = spec["base"]
+        if not isinstance(base_ref, str) or not base_ref.strip():
+            raise InputError("must be the path of a scenario file, relative to this sweep file", file=file,
+                             key="base")
+        base_path = os.path.normpath(here / base_ref)
+        if not Path(base_path).is_file():
+            raise InputError(f"scenario file {base_ref!r} not found (looked at {base_path})", file=file, key="base")
+        base = read_yaml(base_path)
+    else:
+        base = spec["scenario"]
+        if not isinstance(base, dict):
+            raise InputError("must be a scenario mapping (name, hardware, model, server, workload, ...)",
+                             file=file, key="scenario")
+        base_path = file
+
+    setups = spec.get("setups")
+    setup_list: list[tuple[str | None, tuple[tuple[str, Any], ...]]] = [(None, ())]
+    if setups is not None:
+        if not isinstance(setups, dict) or not setups:
+            raise InputError("must be a non-empty mapping of setup names to change sets"
+                             " (e.g. eagle3: {speculative.algorithm: eagle3, ...})", file=file, key="setups")
+        setup_list = [(str(name), _changes(ch, file, f"setups.{name}")) for name, ch in setups.items()]
+
+    points = spec.get("points")
+    point_list: list[tuple[tuple[str, Any], ...]] = [()]
+    point_fields: list[str] = []
+    if points is not None:
+        if not isinstance(points, list) or not points:
+            raise InputError("must be a non-empty list of change sets (field path -> value)", file=file,
+                             key="points")
+        point_list = [_changes(p, file, f"points[{i}]") for i, p in enumerate(points)]
+        for ch in point_list:
+            point_fields += [k for k, _ in ch if k not in point_fields]
+
+    grid = spec.get("grid")
+    grid_keys: list[str] = []
+    grid_values: list[list[Any]] = []
+    if grid is not None:
+        if not isinstance(grid, dict) or not grid:
+            raise InputError("must be a non-empty mapping of field paths to lists of values", file=file, key="grid")
+        for k, values in grid.items():
+            check_field_path(k, file, f"grid.{k}")
+            if not isinstance(values, list) or not values:
+                raise InputError("must be a non-empty list of values (one per point; a list value is written"
+                                 " as a list inside the list)", file=file, key=f"grid.{k}")
+            if k in point_fields:
+                raise InputError("is set by both `points` and `grid`: vary it in one of them", file=file,
+                                 key=f"grid.{k}")
+            grid_keys.append(k)
+            grid_values.append(values)
+
+    if setups is None and points is None and grid is None:
+        raise InputError("nothing to sweep: give `grid:`, `points:` or `setups:` (or several)", file=file)
+
+    fields = tuple(point_fields + grid_keys)
+    expanded: list[Point] = []
+    label = base_path
+    for setup, setup_changes in setup_list:
+        for point_changes in point_list:
+            for combo in itertools.product(*grid_values):
+                changes = setup_changes + point_changes + tuple(zip(grid_keys, combo, strict=True))
+                try:
+                    merged = apply_changes(base, changes, label)
+                    inputs = {f: _cell(_get_field(merged, f)) for f in fields}
+                except InputError:  # the point fails when it runs, and says why there
+                    inputs = {f: _cell(dict(changes).get(f)) for f in fields}
+                expanded.append(Point(len(expanded), setup, changes, inputs))
+    name = spec.get("name")
+    return Sweep(file=file, name=str(name) if name is not None else Path(file).stem,
+                 description=str(spec.get("description") or ""), base_path=base_path, base=base,
+                 has_setups=setups is not None, fields=fields, points=tuple(expanded))
+
+
+# ------------------------------------------------------------------------------------------ one point
+
+
+def fast_available() -> bool:
+    """Whether the analytic fast path (simspec.fastpath.predict_fast) is installed."""
+    import sys
+
+    if sys.modules.get("simspec.fastpath") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("simspec.fastpath") is not None
+    except (ModuleNotFoundError, ValueError):
+        return False
+
+
+def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], fast: bool,
+                   data: dict[str, Any] | None = None, label: str | None = None) -> dict[str, Any]:
+    """Predict one point: the base scenario (read from base_path unless its mapping is given) with the
+    overrides applied, validated and resolved like `simspec predict --set`. Returns the flattened figures;
+    bad input raises InputError naming `label` (default: base_path)."""
+    from simspec.scenario.loader import parse_scenario, resolve
+    from simspec.scenario.reading import read_yaml
+
+    file = label or base_path
+    try:
+        raw = read_yaml(base_path) if data is None else data
+        raw = apply_changes(raw, overrides, file)
+        rs = resolve(parse_scenario(raw, file), base_path)
+        if fast:
+            if not fast_available():
+                raise InputError("--fast is not available yet (simspec.fastpath is not installed)")
+            import importlib
+
+            result = importlib.import_module("simspec.fastpath").predict_fast(rs)
+        else:
+            from simspec.predict import predict
+
+            result = predict(rs)
+    except InputError as err:
+        if err.file == base_path and file != base_path:
+            raise InputError(err.message, file=file, key=err.key) from None
+        raise
+    return flatten_result(result) | derived_figures(rs)
+
+
+def flatten_result(result: dict[str, Any]) -> dict[str, Any]:
+    """predict()'s dictionary as one flat row: setup figures unprefixed, nested ones dotted, `sources`
+    dropped, the baseline's figures under `baseline.` (those already given as `baseline_*` once)."""
+    row: dict[str, Any] = {}
+
+    def put(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                put(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            row[prefix] = value.item() if hasattr(value, "item") else value
+
+    put("", result.get("setup", {}))
+    for key, value in result.items():
+        if key in ("setup", "baseline") or key in _SKIPPED_RESULT_KEYS:
+            continue
+        put(key, value)
+    for key, value in (result.get("baseline") or {}).items():
+        if f"baseline_{key}" not in result:
+            put(f"baseline.{key}", value)
+    return row
+
+
+def derived_figures(rs: Any) -> dict[str, Any]:
+    """The load and the interconnect's latency at this point's message sizes (see the module docstring)."""
+    from simspec.timing.collectives import Collectives
+    from simspec.timing.stack import ACTIVATION_BYTES
+
+    arrival = rs.scenario.workload.arrival
+    out: dict[str, Any] = {}
+    if arrival.type == "closed":
+        out["concurrency"] = arrival.concurrency
+    else:
+        out["arrival_rate_per_s"] = arrival.rate_per_s
+    coll = Collectives(rs.all_reduce, rs.scenario.server.tp, rs.interconnect.link)
+    token_bytes = rs.model.hidden_size * ACTIVATION_BYTES
+    out["allreduce_token_us"] = coll.all_reduce_us(token_bytes)
+    out["allreduce_verify_us"] = coll.all_reduce_us(token_bytes * (rs.num_draft_tokens if rs.speculative else 1))
+    return out
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    base_path: str
+    label: str
+    data: dict[str, Any]
+    overrides: tuple[tuple[str, Any], ...]
+    fast: bool
+
+
+def _run_task(task: Task) -> tuple[int, dict[str, Any] | None, str | None]:
+    """(index, figures, None), or (index, None, reason) when the point fails validation. Any other exception
+    is a bug and ends the sweep."""
+    try:
+        return task.index, _predict_point(task.base_path, task.overrides, task.fast, task.data, task.label), None
+    except InputError as err:
+        return task.index, None, str(err)
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+def _tasks(sweep: Sweep, fast: bool, absolute: bool = False) -> list[Task]:
+    path = os.path.abspath(sweep.base_path) if absolute else sweep.base_path
+    return [Task(p.index, path, sweep.base_path, sweep.base, p.changes, fast) for p in sweep.points]
+
+
+def _warm_up(fast: bool) -> None:
+    """Import the simulator and read the presets once, before forking: every worker inherits them instead of
+    spending its first ~2 s on imports."""
+    from simspec import presets
+    from simspec.predict import predict  # noqa: F401
+    from simspec.timing.collectives import Collectives  # noqa: F401
+
+    presets.catalog()
+    presets.default_coefficients()
+    if fast and fast_available():
+        importlib.import_module("simspec.fastpath")
+
+
+def _run_local(tasks: list[Task], jobs: int, tick: Callable[[], None]) -> list[tuple]:
+    if jobs <= 1 or len(tasks) <= 1:
+        out = []
+        for t in tasks:
+            out.append(_run_task(t))
+            tick()
+        return out
+    import multiprocessing
+    import sys
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # Linux: fork, so that workers inherit the imported simulator instead of importing it again (elsewhere the
+    # platform's default; the tasks are plain data and _run_task is importable)
+    ctx = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
+    _warm_up(tasks[0].fast)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        futures = [pool.submit(_run_task, t) for t in tasks]
+        out = []
+        for fut in as_completed(futures):
+            out.append(fut.result())
+            tick()
+    return out
+
+
+def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Callable[[], None]) -> list[tuple]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("the ray backend needs ray: pip install 'simspec[ray]' (or pip install ray)",
+                         key="--backend") from None
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(_run_task)
+        pending = [remote.remote(t) for t in tasks]
+        out = []
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                out.append(ray.get(ref))
+                tick()
+        return out
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def check_backend(backend: str, address: str | None) -> None:
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}", key="--backend")
+    if address and backend != "ray":
+        raise InputError("--address applies only to --backend ray", key="--address")
+
+
+def run_points(sweep: Sweep, jobs: int | None = None, backend: str = "local", address: str | None = None,
+               fast: bool = False, progress: bool | Callable[[int, int], None] = False) -> pd.DataFrame:
+    """Predict every point of a loaded sweep and return the table (rows in point order)."""
+    check_backend(backend, address)
+    if fast and not fast_available():
+        raise InputError("--fast is not available yet (simspec.fastpath is not installed)", key="--fast")
+    tasks = _tasks(sweep, fast, absolute=backend == "ray")
+    total = len(tasks)
+    njobs = jobs or os.cpu_count() or 1
+    done = 0
+
+    def run(tick: Callable[[], None]) -> list[tuple]:
+        if backend == "ray":
+            return _run_ray(tasks, jobs, address, tick)
+        return _run_local(tasks, njobs, tick)
+
+    if progress is True:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        # redrawn on each finished point rather than by a refresh thread: no thread runs when the pool forks
+        with Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=False) as bar:
+            task_id = bar.add_task(f"sweep {sweep.name}", total=total)
+
+            def advance() -> None:
+                bar.advance(task_id)
+                bar.refresh()
+
+            results = run(advance)
+    else:
+        callback = progress if callable(progress) else None
+
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            if callback is not None:
+                callback(done, total)
+
+        results = run(tick)
+    return to_frame(sweep, results)
+
+
+def to_frame(sweep: Sweep, results: list[tuple]) -> pd.DataFrame:
+    """The table: inputs, error, then every figure in the order it first appears (rows in point order)."""
+    import pandas as pd
+
+    by_index = {i: (figures, err) for i, figures, err in results}
+    inputs = sweep.input_columns
+    rows: list[dict[str, Any]] = []
+    figure_columns: dict[str, None] = {}
+    for p in sweep.points:
+        figures, err = by_index[p.index]
+        row: dict[str, Any] = {"point": p.index}
+        if sweep.has_setups:
+            row["setup"] = p.setup
+        row |= p.inputs
+        row["error"] = err
+        for k, v in (figures or {}).items():
+            name = k if k not in row else f"setup.{k}"  # an input of the same name keeps its name
+            row[name] = v
+            figure_columns.setdefault(name, None)
+        rows.append(row)
+    columns = inputs + ["error"] + list(figure_columns)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_sweep(spec_path: str | Path, jobs: int | None = None, backend: str = "local", address: str | None = None,
+              fast: bool = False, progress: bool | Callable[[int, int], None] = False) -> pd.DataFrame:
+    """Run a sweep file and return its table (pandas DataFrame, one row per point, in point order).
+
+    jobs: worker processes (local) or CPUs for a local Ray instance (default: all cores); backend: "local"
+    (a process pool) or "ray" (Ray tasks on `address`, or on a local Ray started for the sweep); fast: use the
+    analytic fast path instead of the engine; progress: True for a progress bar on stderr, or a callable
+    (done, total). Points that fail validation come back with `error` filled and no figures.
+    """
+    return run_points(load_sweep(spec_path), jobs=jobs, backend=backend, address=address, fast=fast,
+                      progress=progress)
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def _for_parquet(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns holding more than one kind of value (a field swept over 4 and "auto") become text."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype != object:
+            continue
+        kinds = {type(v) for v in out[col] if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        if len(kinds) > 1:
+            out[col] = [None if v is None else str(v) for v in out[col]]
+    return out
+
+
+def write_csv(df: pd.DataFrame, path: str | Path) -> None:
+    try:
+        df.to_csv(path, index=False)
+    except OSError as err:
+        raise InputError(f"cannot write the table: {err.strerror}", file=str(path), key="--out") from None
+
+
+def require_pyarrow() -> None:
+    try:
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError:
+        raise InputError("writing or reading Parquet needs pyarrow: pip install pyarrow", key="--parquet") from None
+
+
+def write_parquet(df: pd.DataFrame, path: str | Path) -> None:
+    require_pyarrow()
+    try:
+        _for_parquet(df).to_parquet(path, index=False)
+    except OSError as err:
+        raise InputError(f"cannot write the table: {err.strerror}", file=str(path), key="--parquet") from None
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A sweep table written by `simspec sweep` (.csv, or .parquet with pyarrow)."""
+    import pandas as pd
+
+    file = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found", file=file)
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            require_pyarrow()
+            df = pd.read_parquet(p)
+        else:
+            df = pd.read_csv(p)
+    except InputError:
+        raise
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read it as a sweep table (.csv or .parquet): {err}", file=file) from None
+    missing = [c for c in ("point", "error") if c not in df.columns]
+    if missing:
+        raise InputError(f"not a table written by `simspec sweep`: no {', '.join(missing)} column", file=file)
+    return df
+
+
+def failed_points(df: pd.DataFrame) -> pd.DataFrame:
+    err = df["error"]
+    return df[err.notna() & (err.astype(str) != "")]

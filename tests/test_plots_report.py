@@ -1,0 +1,128 @@
+"""`simspec plot` and `simspec report` on real sweep tables: the files are written and non-empty, the plots a
+table does not allow are named with the reason, and the HTML page is self-contained and holds every row."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simspec.cli import main
+from simspec.studies import html_report, plots
+from simspec.studies import sweep as S
+from tests.conftest import SCENARIOS
+
+BASELINE = str(SCENARIOS / "baseline.yaml")
+EAGLE3 = str(SCENARIOS / "eagle3.yaml")
+SPEC = {"speculative": {"algorithm": "eagle3", "drafter": "eagle3-kimi-k2.5", "num_steps": 3, "topk": 1,
+                        "num_draft_tokens": 4}, "acceptance": {"accept_length": 1.8}}
+TINY = {"workload.num_requests": [8], "workload.output_tokens.value": [16]}
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
+
+def _sweep(tmp: Path, name: str, spec: dict) -> Path:
+    """Run a sweep through the command line and return its CSV table."""
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out = tmp / f"{name}.csv"
+    res = _runner().invoke(main, ["sweep", str(path), "--out", str(out), "--jobs", "1"])
+    assert res.exit_code == 0, res.output + res.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("tables")
+    interconnects = _sweep(tmp, "interconnects", {
+        "base": BASELINE,
+        "setups": {"baseline": {}, "eagle3": SPEC, "<b>odd & name</b>": {**SPEC, "acceptance.accept_length": 2.2}},
+        "points": [{"hardware.interconnect": "pcie5-nccl"},
+                   {"hardware.interconnect": "nvlink4-nccl", "calibration": None}],
+        "grid": {"workload.arrival.concurrency": [1, 4, 8], **TINY},
+    })
+    heatmap = _sweep(tmp, "heatmap", {
+        "base": EAGLE3,
+        "points": [{"speculative.num_steps": s, "speculative.num_draft_tokens": s + 1} for s in (1, 2, 3)],
+        "grid": {"acceptance.accept_length": [1.25, 1.75, 2.5, 3.5], **TINY},
+    })
+    return {"interconnects": interconnects, "heatmap": heatmap}
+
+
+def test_plot_draws_what_the_columns_allow_and_says_what_it_skips(tables, tmp_path):
+    out = tmp_path / "plots"
+    res = _runner().invoke(main, ["plot", str(tables["interconnects"]), "--out-dir", str(out)])
+    assert res.exit_code == 0, res.output + res.stderr
+    for name in ("tokens_per_s_vs_concurrency", "iteration_breakdown", "speedup_vs_allreduce"):
+        for fmt in ("png", "svg"):
+            f = out / f"{name}.{fmt}"
+            assert f.is_file() and f.stat().st_size > 5_000, f
+    assert (out / "tokens_per_s_vs_concurrency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (out / "iteration_breakdown.svg").read_text()
+    assert not (out / "speedup_heatmap.png").exists()
+    assert "skipped speedup_heatmap: needs acceptance.accept_length" in res.output
+
+
+def test_heatmap_has_the_break_even_contour(tables, tmp_path):
+    df = S.read_table(tables["heatmap"])
+    assert df["error"].notna().sum() == 3  # 2.5 and 3.5 with one draft, 3.5 with two: unreachable
+    plot = plots.speedup_heatmap(df)
+    ax = plot.figure.axes[0]
+    assert "no break-even" not in ax.get_title()
+    assert any(type(c).__name__.endswith("ContourSet") for c in ax.collections)
+    res = _runner().invoke(main, ["plot", str(tables["heatmap"]), "--out-dir", str(tmp_path), "--format", "png"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "speedup_heatmap.png").stat().st_size > 5_000
+    assert "skipped tokens_per_s_vs_concurrency" in res.output and "skipped speedup_vs_allreduce" in res.output
+
+
+def test_report_is_one_self_contained_page_with_every_row(tables, tmp_path):
+    out = tmp_path / "report.html"
+    res = _runner().invoke(main, ["report", str(tables["interconnects"]), "--out", str(out)])
+    assert res.exit_code == 0, res.output + res.stderr
+    page = out.read_text(encoding="utf-8")
+    assert len(page) > 20_000
+    assert not re.search(r"https?://", page), "external reference in the report"
+    assert not re.search(r"<(script|link|iframe)\b", page, re.I)
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", page, re.I)
+    assert page.count('src="data:image/png;base64,') == 3
+    df = S.read_table(tables["interconnects"])
+    results = page.split("<h2>Results</h2>", 1)[1].split("<details>", 1)[0]
+    assert results.count("<tr") == len(df) + 1  # header + one row per point
+    for _, row in df.iterrows():
+        assert f"<tr><td>{row['point']}</td>" in results
+    assert f"{df['tokens_per_s'][0]:.1f}" in results
+    # user strings are escaped, never markup
+    assert "<b>odd" not in page and "&lt;b&gt;odd &amp; name&lt;/b&gt;" in page
+
+
+def test_report_and_plot_of_a_table_where_every_point_failed(tmp_path):
+    table = pd.DataFrame({"point": [0, 1], "acceptance.accept_length": [9.0, 10.0], "error": ["x: too long", "y"],
+                          "tokens_per_s": [None, None]})
+    path = tmp_path / "failed.csv"
+    table.to_csv(path, index=False)
+    res = _runner().invoke(main, ["plot", str(path), "--out-dir", str(tmp_path / "p")])
+    assert res.exit_code == 0 and "no plot drawn" in res.output
+    assert res.output.count("skipped") == len(plots.PLOTTERS)
+    page = html_report.render(S.read_table(path), "t")
+    assert "Failed points (2)" in page and "x: too long" in page
+
+
+def test_bad_tables_and_formats_exit_2(tmp_path):
+    res = _runner().invoke(main, ["report", str(tmp_path / "missing.csv")])
+    assert res.exit_code == 2 and "missing.csv: file not found" in res.stderr
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    res = _runner().invoke(main, ["plot", str(other)])
+    assert res.exit_code == 2 and "not a table written by `simspec sweep`" in res.stderr
+    res = _runner().invoke(main, ["plot", str(other), "--format", "png,bmp"])
+    assert res.exit_code == 2 and "allowed: png, svg, pdf" in res.stderr
