@@ -115,14 +115,24 @@ def steady_state(rs: ResolvedScenario) -> dict:
     # request's own decode window excludes, on average, (J + 1) / 2 of its group's iterations.
     per_chunk = max(1, rs.chunked_prefill_size // prompt) if prompt <= rs.chunked_prefill_size else 1
     generations = max(1, rs.scenario.workload.num_requests // c)
+    prefill_cost: dict[int, float] = {}
+
+    def prefill(n: float) -> float:
+        """One prefill iteration of n prompts (n may be fractional: linear between whole counts)."""
+        lo, hi = math.floor(n), math.ceil(n)
+        for k in {lo, hi} - set(prefill_cost):
+            prefill_cost[k] = _prefill_ms(model, prompt, k, rs.chunked_prefill_size) if k > 0 else 0.0
+        return prefill_cost[lo] + (n - lo) * (prefill_cost[hi] - prefill_cost[lo])
+
     cycle_prefill = own_prefill = 0.0
     groups = prefill_groups(c, generations, _finish_spread(probs, output - 1))
     for n_groups in groups:
         m = c / n_groups  # mean group size
-        j = math.ceil(m / per_chunk - 1e-9)
-        t_iter = _prefill_ms(model, prompt, min(per_chunk, max(1, round(m))), rs.chunked_prefill_size)
-        cycle_prefill += n_groups * j * t_iter
-        own_prefill += (j + 1) / 2 * t_iter
+        full, rest = divmod(m, per_chunk)
+        group_ms = full * prefill(per_chunk) + prefill(rest)
+        j = full + (1 if rest > 1e-9 else 0)  # prefill iterations of one group
+        cycle_prefill += n_groups * group_ms
+        own_prefill += group_ms * (j + 1) / (2 * j)
     cycle_prefill /= len(groups)
     own_prefill /= len(groups)
     cycle = steps * t_dec + cycle_prefill

@@ -42,7 +42,9 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
     if rs.drafter is not None:
         out["drafter"] = rs.drafter.source
     acc = rs.scenario.acceptance
-    if acc is not None:
+    if rs.replayed is not None:
+        out["acceptance"] = rs.replayed.source
+    elif acc is not None:
         out["acceptance"] = acc.source or "not stated in the scenario"
     return out
 

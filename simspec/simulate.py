@@ -32,6 +32,9 @@ def acceptance_for(rs: ResolvedScenario) -> AcceptanceDistribution | None:
     acc = rs.scenario.acceptance
     if not rs.speculative or acc is None:
         return None
+    if rs.replayed is not None:  # acceptance.ngram_replay, replayed when the scenario was resolved
+        counts = np.asarray(rs.replayed.histogram, dtype=float)[: rs.max_accepted_drafts + 1]
+        return AcceptanceDistribution(counts / counts.sum())
     return acceptance_distribution(acc, max_drafts=rs.max_accepted_drafts, num_steps=rs.num_steps,
                                    topk=rs.topk, num_draft_tokens=rs.num_draft_tokens)
 

@@ -60,6 +60,10 @@ def test_round_trip_recovers_the_server_and_predicts_it(tmp_path, algorithm, rat
     for c in profile["coefficients"].values():
         assert "interval_95" in c and "fitted by simspec calibrate" in c["source"]
     assert (tmp_path / "p.measurements.json").exists()
+    # the outputs are a corpus n-gram replay reads
+    from simspec.ngram import load_corpus
+    sequences, _ = load_corpus(tmp_path / "p.outputs.jsonl")
+    assert len(sequences) >= 3 and all(len(s.output_ids) == 96 for s in sequences)
     # the scenario points at the profile and predicts on its own
     res = CliRunner().invoke(main, ["predict", str(tmp_path / "p.scenario.yaml"), "--json"])
     assert res.exit_code == 0, res.output

@@ -99,6 +99,22 @@ def _profile_traces(host: str, steps: int, trace_dir: str | None, ssh: str | Non
     return path
 
 
+def _write_outputs(meas: Any, profile_path: Path) -> Path | None:
+    """The streamed output token ids, one request per line: the corpus `simspec ngram` and
+    `acceptance: {ngram_replay: ...}` replay SGLang's n-gram drafter over."""
+    rows = [r for r in meas.requests if r.output_ids]
+    if not rows:
+        return None
+    path = profile_path.with_name(profile_path.stem + ".outputs.jsonl")
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        for i, r in enumerate(rows):
+            f.write(json.dumps({"id": f"c{r.concurrency}-{i}", "concurrency": r.concurrency,
+                                "output_ids": r.output_ids}) + "\n")
+    tmp.replace(path)
+    return path
+
+
 def _write_yaml(path: Path, data: dict, header: str) -> None:
     import yaml
 
@@ -192,8 +208,9 @@ def calibrate(host: str | None, port: int | None, concurrency_text: str, prompts
 
     Sources combine: a live server (--host), its logs, benchmark files, profiler traces, /metrics scrapes and a
     collective microbenchmark table. Writes the profile, a scenario reproducing the measured server and
-    workload (PROFILE.scenario.yaml) and the raw measurements (PROFILE.measurements.json), then prints measured
-    vs predicted tok/s and iteration time per concurrency.
+    workload (PROFILE.scenario.yaml), the raw measurements (PROFILE.measurements.json) and the streamed output
+    token ids (PROFILE.outputs.jsonl, for `simspec ngram`), then prints measured vs predicted tok/s and
+    iteration time per concurrency.
     """
     args = dict(locals())
     from simspec.cli import fail
@@ -269,7 +286,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         model_name = model or (server.model_path or "model").rstrip("/").split("/")[-1].lower()
         name = f"{model_name}-{gpu}-tp{server.tp or tp or 1}-{algorithm}"
     profile_path, scenario_path, measurements_path = _outputs(out, name)
-    _check_overwrite([profile_path, scenario_path, measurements_path], force, resume, measurements_path)
+    outputs = profile_path.with_name(profile_path.stem + ".outputs.jsonl")
+    _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume, measurements_path)
 
     if host:
         from simspec.calibration.live import load_prompts, run_workload
@@ -292,6 +310,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         # live measurements first: the server's own description wins over what files said
         meas = live.merge(meas)
     meas.save(measurements_path)
+    outputs_path = _write_outputs(meas, profile_path)
 
     result = fit(meas, Box(gpu=gpu, interconnect=interconnect, num_gpus=num_gpus, model=model, drafter=drafter),
                  name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
@@ -308,6 +327,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
 
     summary = {
         "profile": str(profile_path), "scenario": str(scenario_path), "measurements": str(measurements_path),
+        "outputs": str(outputs_path) if outputs_path else None,
         "sources": meas.sources,
         "parameters": {k: {"value": v, "interval_95": iv} for k, (v, iv) in result.parameters.items()},
         "step_times": [{"batch_size": b, "measured_ms": m, "fitted_ms": p} for b, m, p in result.residuals_pct],
@@ -340,5 +360,5 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     out_console.print(c)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    console.print(f"wrote {escape(str(profile_path))}, {escape(str(scenario_path))} and "
-                  f"{escape(str(measurements_path))}", highlight=False)
+    written = [profile_path, scenario_path, measurements_path] + ([outputs_path] if outputs_path else [])
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written), highlight=False)

@@ -6,6 +6,7 @@ files or prints.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from simspec.errors import InputError
 from simspec.scenario.memory import plan_memory
 from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
-from simspec.scenario.schema import EAGLE_FAMILY, Scenario
+from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario
 
 #  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set
 #  (server_args.auto_choose_speculative_params, 0.5.10): (3, 1, 4) for STANDALONE whatever the model, (5, 4, 8)
@@ -38,6 +39,14 @@ NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NG
 @dataclass(frozen=True, slots=True)
 class Coefficient:
     value: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """Acceptance replayed from a corpus: verify steps that accepted k drafts, and what was replayed."""
+
+    histogram: tuple[float, ...]
     source: str
 
 
@@ -64,6 +73,7 @@ class ResolvedScenario:
     kv_capacity_tokens: int
     chunked_prefill_size: int
     cuda_graph_max_bs: int
+    replayed: Replayed | None = None  # acceptance.ngram_replay's result
 
     @property
     def algorithm(self) -> str:
@@ -175,8 +185,11 @@ def _check_acceptance(sc: Scenario, max_drafts: int, file: str) -> None:
                              " speculative.algorithm", file=file, key="acceptance")
         return
     if acc is None:
-        raise InputError(f"speculative.algorithm {alg} needs an acceptance section (accept_length, chain_rates,"
-                         " cumulative_rates, positional_rates or histogram)", file=file, key="acceptance")
+        raise InputError(f"speculative.algorithm {alg} needs an acceptance section (one of"
+                         f" {', '.join(ACCEPTANCE_FORMS)})", file=file, key="acceptance")
+    if acc.ngram_replay is not None and alg != "ngram":
+        raise InputError(f"ngram_replay replays SGLang's n-gram drafter; speculative.algorithm is {alg}",
+                         file=file, key="acceptance.ngram_replay")
     if acc.accept_length is not None and acc.accept_length > max_drafts + 1 + 1e-9:
         raise InputError(f"accept length {acc.accept_length} is above the {max_drafts + 1} this setup can reach"
                          f" ({max_drafts} drafts + the bonus token); allowed: 1.0..{max_drafts + 1}",
@@ -357,12 +370,22 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         cuda_graph_max_bs=mem.cuda_graph_max_bs,
     )
     _check_acceptance(sc, resolved.max_accepted_drafts, file)
+    if sc.acceptance is not None and sc.acceptance.ngram_replay is not None:
+        resolved = dataclasses.replace(resolved, replayed=_replay(sc, n, path))
     wl = sc.workload
     longest = max(_max_length(wl.input_tokens) + _max_length(wl.output_tokens), 1)
     if longest > mem.kv_capacity_tokens:
         raise InputError(f"one request can hold {longest} tokens but the KV cache holds {mem.kv_capacity_tokens}"
                          " per GPU; lower the workload's max lengths or free memory", file=file, key="workload")
     return resolved
+
+
+def _replay(sc: Scenario, num_draft_tokens: int, path: str) -> Replayed:
+    """Replay SGLang's n-gram drafter over the scenario's corpus with its n-gram settings (simspec/ngram)."""
+    from simspec.ngram.integration import replay_for_scenario
+
+    spec = replay_for_scenario(sc, num_draft_tokens, path)
+    return Replayed(histogram=tuple(spec[0]), source=spec[1])
 
 
 def _max_length(d: Any) -> int:

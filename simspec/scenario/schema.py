@@ -15,6 +15,9 @@ Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
 
 
+ACCEPTANCE_FORMS = ("accept_length", "chain_rates", "cumulative_rates", "positional_rates", "histogram",
+                    "ngram_replay")
+
 MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
 
 
@@ -57,9 +60,9 @@ class Server(StrictModel):
 class NgramSettings(StrictModel):
     """SGLang's --speculative-ngram-* flags (0.5.8 calls max_trie_depth branch_length).
 
-    Validated and recorded, but they change no duration: an n-gram verify always covers num_draft_tokens per
-    request, however the trie matched. They shape acceptance, which the scenario's acceptance section gives
-    (n-gram replay over real outputs will derive it from them)."""
+    They change no duration: an n-gram verify always covers num_draft_tokens per request, however the trie
+    matched. They shape acceptance: `acceptance: {ngram_replay: ...}` replays the drafter with them over real
+    outputs (simspec/ngram); other acceptance forms give the result directly."""
 
     min_bfs_breadth: StrictInt = Field(default=1, ge=1)
     max_bfs_breadth: StrictInt = Field(default=10, ge=1)
@@ -90,6 +93,15 @@ class Speculative(StrictModel):
     )
 
 
+class NgramReplay(StrictModel):
+    """Acceptance from replaying SGLang's n-gram drafter over real model outputs (simspec ngram)."""
+
+    corpus: str = Field(description="JSONL of output token ids (or text), relative to the scenario file")
+    tokenizer: str | None = Field(default=None, description="tokenizer.json for a text corpus (default: bytes)")
+    concurrency: StrictInt | None = Field(
+        default=None, ge=1, description="requests sharing the trie; default: the workload's closed-loop concurrency")
+
+
 class Acceptance(StrictModel):
     """How many drafted tokens the target accepts. Exactly one of the figures is given.
 
@@ -109,16 +121,16 @@ class Acceptance(StrictModel):
     histogram: list[Annotated[float, Field(ge=0.0, le=1e15)]] | None = Field(
         default=None, min_length=1, description="verify steps that accepted k = 0, 1, ... drafts"
     )
+    ngram_replay: NgramReplay | None = Field(
+        default=None, description="n-gram only: replay the drafter over a corpus of real outputs")
     source: str | None = Field(default=None, description="where the figure comes from, or that it is assumed")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Acceptance:
-        given = [k for k in ("accept_length", "chain_rates", "cumulative_rates", "positional_rates", "histogram")
-                 if getattr(self, k) is not None]
+        given = [k for k in ACCEPTANCE_FORMS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
-                "give exactly one of accept_length, chain_rates, cumulative_rates, positional_rates, histogram"
-                f" (got {', '.join(given) if given else 'none'})"
+                f"give exactly one of {', '.join(ACCEPTANCE_FORMS)} (got {', '.join(given) if given else 'none'})"
             )
         if self.cumulative_rates is not None:
             rates = self.cumulative_rates
