@@ -116,13 +116,7 @@ def _register_commands() -> None:
     import importlib
 
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"simspec.commands.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"simspec.commands.{name}":
-                continue  # not written yet
-            raise
-        main.add_command(getattr(module, name))
+        main.add_command(getattr(importlib.import_module(f"simspec.commands.{name}"), name))
 
 
 _register_commands()

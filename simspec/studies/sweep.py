@@ -270,18 +270,6 @@ def load_sweep(path: str | Path) -> Sweep:
 # ------------------------------------------------------------------------------------------ one point
 
 
-def fast_available() -> bool:
-    """Whether the analytic fast path (simspec.fastpath.predict_fast) is installed."""
-    import sys
-
-    if sys.modules.get("simspec.fastpath") is not None:
-        return True
-    try:
-        return importlib.util.find_spec("simspec.fastpath") is not None
-    except (ModuleNotFoundError, ValueError):
-        return False
-
-
 def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], fast: bool,
                    data: dict[str, Any] | None = None, label: str | None = None) -> dict[str, Any]:
     """Predict one point: the base scenario (read from base_path unless its mapping is given) with the
@@ -296,11 +284,9 @@ def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], f
         raw = apply_changes(raw, overrides, file)
         rs = resolve(parse_scenario(raw, file), base_path)
         if fast:
-            if not fast_available():
-                raise InputError("--fast is not available yet (simspec.fastpath is not installed)")
-            import importlib
+            from simspec.fastpath import predict_fast
 
-            result = importlib.import_module("simspec.fastpath").predict_fast(rs)
+            result = predict_fast(rs)
         else:
             from simspec.predict import predict
 
@@ -309,7 +295,20 @@ def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], f
         if err.file == base_path and file != base_path:
             raise InputError(err.message, file=file, key=err.key) from None
         raise
-    return flatten_result(result) | derived_figures(rs)
+    return flatten_result(result) | derived_figures(rs) | cost_columns(result, rs)
+
+
+COST_COLUMNS = ("price_per_gpu_hour_usd", "box_usd_per_hour", "usd_per_mtok", "baseline_usd_per_mtok",
+                "saving_usd_per_mtok")
+
+
+def cost_columns(result: dict[str, Any], rs: Any) -> dict[str, Any]:
+    """$ per million output tokens for the point and its baseline at the GPU preset's price (simspec cost
+    for other prices and the drafter-training investment)."""
+    from simspec.studies.cost import cost_figures
+
+    figures = cost_figures(result, rs)["figures"]
+    return {name: figures[name]["value"] for name in COST_COLUMNS}
 
 
 def flatten_result(result: dict[str, Any]) -> dict[str, Any]:
@@ -389,7 +388,7 @@ def _warm_up(fast: bool) -> None:
 
     presets.catalog()
     presets.default_coefficients()
-    if fast and fast_available():
+    if fast:
         importlib.import_module("simspec.fastpath")
 
 
@@ -456,8 +455,6 @@ def run_points(sweep: Sweep, jobs: int | None = None, backend: str = "local", ad
                fast: bool = False, progress: bool | Callable[[int, int], None] = False) -> pd.DataFrame:
     """Predict every point of a loaded sweep and return the table (rows in point order)."""
     check_backend(backend, address)
-    if fast and not fast_available():
-        raise InputError("--fast is not available yet (simspec.fastpath is not installed)", key="--fast")
     tasks = _tasks(sweep, fast, absolute=backend == "ray")
     total = len(tasks)
     njobs = jobs or os.cpu_count() or 1
