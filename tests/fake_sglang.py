@@ -47,6 +47,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 VERSIONS = ("0.5.8", "0.5.10", "0.5.23")
@@ -134,6 +135,8 @@ class FakeSGLang:
         self.calls = 0
         self.finished_calls = 0
         self.flushes = 0
+        self.profile_requests: list[dict[str, Any]] = []  # /start_profile bodies
+        self._profile: dict[str, Any] | None = None  # the profile in progress: dir, steps left, events
         self._counters = {"requests": 0, "generation_tokens": 0, "prompt_tokens": 0, "verify_calls": 0,
                           "accepted": 0, "e2e_sum": 0.0, "ttft_sum": 0.0, "ttft_count": 0}
         self._lock = threading.Condition()
@@ -247,6 +250,8 @@ class FakeSGLang:
             if self._stop.is_set():
                 return
             self.iterations.append((start, end, len(batch), kind))
+            if kind == "decode" and self._profile is not None:
+                self._record_profile(start, end, len(batch))
             finished: list[_Req] = []
             with self._lock:
                 for r in batch:
@@ -320,6 +325,45 @@ class FakeSGLang:
         return {"text": text, "output_ids": ids, "meta_info": meta, "_finished": finish_reason is not None}
 
     # -------------------------------------------------------------------------------------- server facts
+
+    def _record_profile(self, start: float, end: float, batch: int) -> None:
+        """Kineto-style events for one profiled decode iteration (SGLang 0.5.23 range names): a draft range whose
+        CUDA-graph launch runs a GEMM and an all-reduce kernel, then a verify range with attention and MoE
+        kernels, in proportion to the iteration's time. After num_steps iterations the trace is written as
+        {output_dir}/{id}-TP-0.trace.json, as SGLang's profiler does on each rank."""
+        prof = self._profile
+        assert prof is not None
+        t0, dur = start * 1e6, (end - start) * 1e6
+        host, gpu = {"pid": 100, "tid": 100}, {"pid": 0, "tid": 7}
+        ev = prof["events"]
+
+        def x(cat: str, name: str, ts: float, d: float, where: dict, **args: Any) -> None:
+            ev.append({"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": d, **where, "args": args})
+
+        def launch(ts: float, kernels: list[tuple[str, float, float]], api: str = "cudaLaunchKernel") -> None:
+            prof["corr"] += 1
+            x("cuda_runtime", api, ts, 2, host, correlation=prof["corr"])
+            for name, kts, kd in kernels:
+                x("kernel", name, kts, kd, gpu, correlation=prof["corr"], stream=7)
+
+        x("user_annotation", "draft", t0, 0.3 * dur, host)
+        launch(t0 + 1, [("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", t0 + 5, 0.2 * dur),
+                        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", t0 + 5 + 0.2 * dur, 0.05 * dur)],
+               api="cudaGraphLaunch")
+        x("user_annotation", f"step[VERIFY bs={batch}]", t0 + 0.3 * dur, 0.7 * dur, host)
+        launch(t0 + 0.3 * dur + 1, [("BatchPrefillWithPagedKVCacheKernel", t0 + 0.35 * dur, 0.1 * dur)])
+        launch(t0 + 0.3 * dur + 2, [("fused_moe_kernel", t0 + 0.45 * dur, 0.4 * dur)])
+        prof["left"] -= 1
+        if prof["left"] <= 0:
+            out = Path(prof["output_dir"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{int(time.time())}-TP-0.trace.json").write_text(json.dumps({"traceEvents": ev}))
+            self._profile = None
+
+    def start_profile(self, body: dict[str, Any]) -> None:
+        self.profile_requests.append(body)
+        self._profile = {"output_dir": body.get("output_dir") or "/tmp", "left": int(body.get("num_steps") or 5),
+                         "events": [], "corr": 0}
 
     def server_info(self) -> dict[str, Any]:
         """/server_info: server args (+ scheduler info, internal_states, version), per version's names."""
@@ -508,6 +552,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._flush()
         elif path in ("/v1/tokenize", "/tokenize"):
             self._tokenize()
+        elif path == "/start_profile":
+            body = self._body()
+            if body is not None:
+                self.fake.start_profile(body)
+                self._send(200, {"success": True})
         else:
             self._body()
             self._not_found()

@@ -113,3 +113,24 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, needle):
     res = CliRunner().invoke(main, ["calibrate", *base, *args])
     assert res.exit_code == 2, res.output
     assert needle in res.output and "Traceback" not in res.output
+
+
+def test_profile_steps_split_gpu_time_from_the_servers_traces(tmp_path):
+    """--profile-steps asks the server for a torch-profiler trace of N iterations (here the fake writes one in
+    SGLang 0.5.23's layout into --trace-dir), and the draft phase's GPU time becomes the draft step time."""
+    traces = tmp_path / "traces"
+    with FakeSGLang("0.5.10", algorithm="eagle3", chain_rates=[0.8, 0.6, 0.4], prefill_s=0.007, seed=2) as fake:
+        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2", "--max-new-tokens", "48",
+                                "--profile-steps", "4", "--trace-dir", str(traces), "--bootstrap", "0",
+                                "--out", str(tmp_path / "p.yaml"), "--json", *BOX])
+        assert code == 0, res
+        assert fake.profile_requests and fake.profile_requests[0]["num_steps"] == 4
+        assert fake.profile_requests[0]["output_dir"] == str(traces)
+    assert list(traces.glob("*-TP-0.trace.json"))
+    assert any("trace" in s for s in res["sources"])
+    profile = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    # the fake's draft range holds 25% of each iteration's time in kernels (GEMM 20% + all-reduce 5%), over
+    # num_steps - 1 = 2 draft forwards
+    steps_ms = [s["measured_ms"] for s in res["step_times"]]
+    draft = profile["draft_forward_ms"]["value"]
+    assert min(steps_ms) * 0.25 / 2 * 0.8 <= draft <= max(steps_ms) * 0.25 / 2 * 1.2

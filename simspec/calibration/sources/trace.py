@@ -158,7 +158,9 @@ def _sweep(ranges: list[_Range], queries: list[tuple[float, int]]) -> tuple[list
     tops: list[_Range] = []
     answer = [-1] * len(queries)
     for ts, kind, _, i in order:
-        while stack and stack[-1].end < ts:
+        # a range that starts exactly where the open one ends is its sibling, not its child (SGLang's stage
+        # ranges can touch: draft ends where verify begins)
+        while stack and (stack[-1].end < ts or (kind == 0 and stack[-1].end <= ts)):
             stack.pop()
         if kind == 0:
             r = ranges[i]
