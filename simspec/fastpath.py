@@ -23,7 +23,7 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.stats import norm
 
-from simspec.analysis.metrics import compare
+from simspec.analysis.metrics import compare, compare_to_itself
 from simspec.errors import InputError
 from simspec.predict import describe, sources
 from simspec.scenario.loader import ResolvedScenario
@@ -180,8 +180,6 @@ def predict_fast(rs: ResolvedScenario) -> dict:
         result |= compare(spec, base)
         result["baseline"] = base
     else:
-        result |= {"baseline_tokens_per_s": spec["tokens_per_s"],
-                   "baseline_throughput_tokens_per_s": spec["throughput_tokens_per_s"],
-                   "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}
+        result |= compare_to_itself(spec)
     result["sources"] = sources(rs)
     return result

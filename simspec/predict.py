@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from simspec.analysis.metrics import compare, summarize
+from simspec.analysis.metrics import compare, compare_to_itself, summarize
 from simspec.scenario.loader import ResolvedScenario
 from simspec.simulate import SimulationResult, baseline_of, run
 
@@ -83,8 +83,6 @@ def predict_with_run(rs: ResolvedScenario) -> tuple[dict, SimulationResult]:
         result |= compare(spec, base)
         result["baseline"] = base
     else:
-        result |= {"baseline_tokens_per_s": spec["tokens_per_s"],
-                   "baseline_throughput_tokens_per_s": spec["throughput_tokens_per_s"],
-                   "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}
+        result |= compare_to_itself(spec)
     result["sources"] = sources(rs)
     return result, sim

@@ -81,7 +81,7 @@ def case_files(directory: str | Path) -> list[Path]:
     if d.is_file():
         return [d]
     root = d / "cases" if (d / "cases").is_dir() else d
-    files = sorted(root.glob("*.yaml"))
+    files = sorted(f for f in root.glob("*.yaml") if f.name != RECORDED)
     if not files:
         raise InputError("no case files (*.yaml) found", file=str(root))
     return files
@@ -151,9 +151,20 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
     } for r in results]
 
 
+RECORDED = "recorded.yaml"
+
+
+def suite_root(directory: str | Path) -> Path:
+    """Where recorded.yaml lives: the suite directory (the one holding cases/), never among a file's cases."""
+    d = Path(directory)
+    if d.is_file():
+        d = d.parent
+    return d.parent if d.name == "cases" and not (d / "cases").is_dir() else d
+
+
 def recorded_mape(directory: str | Path) -> float | None:
     """The non-fitted MAPE recorded in the repository (validation/recorded.yaml), the CI regression gate."""
-    path = Path(directory) / "recorded.yaml"
+    path = suite_root(directory) / RECORDED
     if not path.exists():
         return None
     data = read_yaml(path)

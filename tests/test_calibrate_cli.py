@@ -134,3 +134,33 @@ def test_profile_steps_split_gpu_time_from_the_servers_traces(tmp_path):
     steps_ms = [s["measured_ms"] for s in res["step_times"]]
     draft = profile["draft_forward_ms"]["value"]
     assert min(steps_ms) * 0.25 / 2 * 0.8 <= draft <= max(steps_ms) * 0.25 / 2 * 1.2
+
+
+def test_offline_calibrate_creates_its_output_directory(tmp_path):
+    out = tmp_path / "new" / "sub" / "p.yaml"
+    code, res = _calibrate(["--from-log", str(DATA / "sglang-0.5.10-nospec-tp1-logms.log"), "--out", str(out),
+                            "--bootstrap", "0", "--json", *BOX])
+    assert code == 0, res
+    assert out.exists() and (out.parent / "p.measurements.json").exists()
+
+
+def test_unwritable_output_and_damaged_resume_file_are_bad_input(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, msg = _calibrate(["--from-log", str(DATA / "sglang-0.5.10-nospec-tp1-logms.log"),
+                            "--out", str(blocker / "p.yaml"), *BOX])
+    assert code == 2 and "--out" in msg and "Traceback" not in msg
+    from simspec.calibration.measurements import Measurements
+    from simspec.errors import InputError
+    bad = tmp_path / "m.json"
+    bad.write_text('{"server": {"tp": "x"')
+    with pytest.raises(InputError, match="measurements"):
+        Measurements.load(bad)
+
+
+def test_non_finite_collective_times_are_refused(tmp_path):
+    table = tmp_path / "ar.csv"
+    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n1024,inf,8,nccl,1,all_reduce\n")
+    code, msg = _calibrate(["--collectives", str(table), "--out", str(tmp_path / "c.yaml"), "--gpu", "h200-sxm",
+                            "--interconnect", "nvlink4-nccl", "--tp", "8", "--model", "llama-3.1-70b"])
+    assert code == 2 and "finite" in msg and "Traceback" not in msg

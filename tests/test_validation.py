@@ -110,3 +110,17 @@ def test_missing_or_empty_directory_exits_2(tmp_path):
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(main, ["validate", str(tmp_path / "empty")])
     assert res.exit_code == 2 and "no case files" in res.output
+
+
+def test_record_on_a_flat_folder_keeps_the_record_out_of_the_cases(tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    data = {"id": "a", "title": "small", "source": {"citation": "test"}, "fitted": False,
+            "measured": {"metric": "tokens_per_s", "value": 100.0}, "scenario": dict(SMALL)}
+    (flat / "a.yaml").write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(main, ["validate", str(flat), "--record", "--check"])
+    assert res.exit_code == 0, res.output
+    # recorded.yaml sits beside the cases and is not read as one
+    assert CliRunner().invoke(main, ["validate", str(flat), "--check"]).exit_code == 0
+    res = CliRunner().invoke(main, ["validate", str(flat / "a.yaml"), "--record"])
+    assert res.exit_code == 2 and "--record" in res.output

@@ -85,3 +85,9 @@ def compare(spec: dict, base: dict) -> dict:
         float("nan"),
         "break_even_accept_length": spec[Metric.ACCEPT_LENGTH] * base_tps / tps if tps else float("nan"),
     }
+
+
+def compare_to_itself(spec: dict) -> dict:
+    """compare() for a run without speculation: it is its own baseline."""
+    return {"baseline_tokens_per_s": spec[Metric.TOKENS_PER_S], "baseline_throughput_tokens_per_s":
+            spec[Metric.THROUGHPUT], "speedup": 1.0, "throughput_speedup": 1.0, "break_even_accept_length": 1.0}

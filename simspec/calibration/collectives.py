@@ -15,6 +15,7 @@ last `t_last + 2(p-1)/p x extra bytes / busbw`; points must be positive, sorted,
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from pathlib import Path
@@ -77,8 +78,9 @@ def _read_csv(lines: list[str], file: str) -> list[CollectiveSample]:
         except ValueError:
             raise InputError("bytes and world_size must be integers, time_us a number", file=file,
                              key=f"line {n}") from None
-        if nbytes <= 0 or not time_us > 0 or world < 1:
-            raise InputError("bytes and time_us must be positive, world_size at least 1", file=file, key=f"line {n}")
+        if nbytes <= 0 or not (math.isfinite(time_us) and time_us > 0) or world < 1:
+            raise InputError("bytes and time_us must be positive (and finite), world_size at least 1", file=file,
+                             key=f"line {n}")
         graph = _BOOL.get(row.get("in_cuda_graph", "false").lower())
         if graph is None:
             raise InputError(f"in_cuda_graph must be true or false, got {row['in_cuda_graph']!r}", file=file,
@@ -131,8 +133,8 @@ def _read_nccl_tests(lines: list[str], file: str) -> list[CollectiveSample]:
         if nbytes <= 0:
             continue  # nccl-tests prints size-0 rows when the count rounds to 0; they carry no timing
         for t in times:
-            if not t > 0:
-                raise InputError(f"time {t} us must be positive", file=file, key=f"line {n}")
+            if not (math.isfinite(t) and t > 0):
+                raise InputError(f"time {t} us must be a positive, finite number", file=file, key=f"line {n}")
             out.append(CollectiveSample(op=op or "all_reduce", bytes=nbytes, time_us=t, world_size=world,
                                         backend="nccl-tests", in_cuda_graph=graph))
     return out

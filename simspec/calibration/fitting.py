@@ -88,25 +88,30 @@ def match_preset(path: str | None, names: list[str], what: str, flag: str) -> st
 
 
 def _drafter_for(meas: Measurements, box: Box, model: str) -> str | None:
+    """The drafter preset (EAGLE family) or draft-model preset (standalone) the server runs: --drafter, else
+    the one preset that matches both the server's draft model path and the target model."""
     s = meas.server
+    if s.algorithm == "standalone":
+        if box.drafter:
+            return box.drafter
+        path = s.raw.get("speculative_draft_model_path")
+        return match_preset(path if isinstance(path, str) else None, list(presets.models()), "draft model",
+                            "--drafter")
     if s.algorithm not in ("eagle", "eagle3"):
         return None
     if box.drafter:
         return box.drafter
     drafters = presets.drafters()
-    # the draft model path, else the family matching the target (eagle3-<target>)
-    for key in ("speculative_draft_model_path", "draft_model_path"):
-        path = s.raw.get(key)
-        if isinstance(path, str):
-            repo = _normalise(path)
-            for name in sorted(drafters, key=len, reverse=True):
-                if name in repo or repo in name:
-                    return name
     guess = f"{s.algorithm}-{model}"
-    if guess in drafters:
-        return guess
-    raise InputError(f"cannot tell which drafter preset the server runs; pass --drafter with one of: "
-                     f"{', '.join(sorted(drafters))}", key="--drafter")
+    candidates = [guess] if guess in drafters else []
+    path = s.raw.get("speculative_draft_model_path") or s.raw.get("draft_model_path")
+    if not candidates and isinstance(path, str):
+        repo = _normalise(path)
+        candidates = [n for n in drafters if n in repo and n.startswith(s.algorithm + "-")]
+    if len(candidates) == 1:
+        return candidates[0]
+    raise InputError(f"cannot tell which drafter preset the server runs (draft model {path!r}, target {model});"
+                     f" pass --drafter with one of: {', '.join(sorted(drafters))}", key="--drafter")
 
 
 # ------------------------------------------------------------------------------------------ the scenario
@@ -153,7 +158,11 @@ def _mean_accept_length(meas: Measurements) -> float | None:
     values = [t.accept_length for t in meas.throughput if t.accept_length]
     if values:
         return float(np.mean(values))
-    return meas.prometheus.get("sglang:spec_accept_length")
+    if meas.prometheus:
+        from simspec.calibration.sources.metrics import spec_accept_length
+
+        return spec_accept_length(meas.prometheus)
+    return None
 
 
 def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int) -> dict[str, Any]:

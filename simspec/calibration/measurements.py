@@ -135,4 +135,17 @@ class Measurements(_Record):
 
     @classmethod
     def load(cls, path: str | Path) -> Measurements:
-        return cls.model_validate_json(Path(path).read_text())
+        """Read a saved file; a damaged or foreign one is bad input (InputError naming it), not a crash."""
+        from pydantic import ValidationError
+
+        from simspec.errors import InputError
+
+        try:
+            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read saved measurements: {exc}", file=str(path)) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ())) or "file"
+            raise InputError(f"not a simspec measurements file ({where}: {first.get('msg')}); was it cut short?"
+                             " Re-run without --resume (and with --force) to start over", file=str(path)) from None

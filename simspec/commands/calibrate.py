@@ -39,13 +39,23 @@ def _outputs(out: str | None, name: str) -> tuple[Path, Path, Path]:
     return profile, scenario, measurements
 
 
-def _check_overwrite(paths: list[Path], force: bool, resume: bool, measurements: Path) -> None:
-    if force:
+def _check_overwrite(paths: list[Path], force: bool, resume: bool) -> None:
+    """Never overwrite earlier results without --force. --resume continues an earlier run: its files are all
+    rebuilt from the saved measurements, so they may be replaced."""
+    if force or resume:
         return
     for p in paths:
-        if p.exists() and not (resume and p == measurements):
+        if p.exists():
             raise InputError("exists; pass --force to overwrite it (or --out to write elsewhere)", file=str(p),
                              key="--out")
+
+
+def _prepare_directory(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output directory {path.parent}: {exc.strerror or exc}",
+                         file=str(path), key="--out") from None
 
 
 def _profile_traces(host: str, steps: int, trace_dir: str | None, ssh: str | None, timeout: float,
@@ -118,20 +128,29 @@ def _write_outputs(meas: Any, profile_path: Path) -> Path | None:
 def _write_yaml(path: Path, data: dict, header: str) -> None:
     import yaml
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=110))
-    tmp.replace(path)
+    try:
+        tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=110))
+        tmp.replace(path)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path), key="--out") from None
 
 
-def _compare(scenario_path: Path, meas: Any, fitted_steps: list[tuple[int, float, float]]) -> list[dict]:
+def _compare(scenario_path: Path, meas: Any) -> list[dict]:
     """Predict the written scenario at every measured concurrency: measured vs predicted tok/s and step time."""
     from simspec.calibration.fitting import histogram_from_requests, max_drafts_of
     from simspec.predict import predict
     from simspec.scenario.loader import load_scenario
 
     rows = []
-    step_at = {b: (m, p) for b, m, p in fitted_steps}
+    # measured step time per batch size: every observation of it (from any concurrency's run, its drain
+    # included), weighted by the iterations it covers
+    pooled: dict[int, list[float]] = {}
+    for o in meas.step_times:
+        acc = pooled.setdefault(o.batch_size, [0.0, 0.0])
+        acc[0] += o.seconds * 1e3 * max(o.samples, 1)
+        acc[1] += max(o.samples, 1)
+    step_at = {b: (t / n, None) for b, (t, n) in pooled.items()}
     for point in sorted(meas.throughput, key=lambda t: t.concurrency):
         c = point.concurrency
         n = sum(1 for r in meas.requests if r.concurrency == c) or 4 * c
@@ -287,7 +306,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         name = f"{model_name}-{gpu}-tp{server.tp or tp or 1}-{algorithm}"
     profile_path, scenario_path, measurements_path = _outputs(out, name)
     outputs = profile_path.with_name(profile_path.stem + ".outputs.jsonl")
-    _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume, measurements_path)
+    _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume)
+    _prepare_directory(profile_path)
 
     if host:
         from simspec.calibration.live import load_prompts, run_workload
@@ -297,7 +317,6 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
                 raise InputError("nothing to resume: no saved measurements", file=str(measurements_path),
                                  key="--resume")
             previous = Measurements.load(measurements_path)
-        measurements_path.parent.mkdir(parents=True, exist_ok=True)
         prompt_list = load_prompts(prompts)
         live = run_workload(host, prompt_list, concurrencies, max_new_tokens=max_new_tokens,
                             num_requests=num_requests, measurements=previous, save_path=str(measurements_path),
@@ -309,8 +328,11 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
             live = live.merge(read_traces(found))
         # live measurements first: the server's own description wins over what files said
         meas = live.merge(meas)
-    meas.save(measurements_path)
-    outputs_path = _write_outputs(meas, profile_path)
+    try:
+        meas.save(measurements_path)
+        outputs_path = _write_outputs(meas, profile_path)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(measurements_path), key="--out") from None
 
     result = fit(meas, Box(gpu=gpu, interconnect=interconnect, num_gpus=num_gpus, model=model, drafter=drafter),
                  name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
@@ -323,7 +345,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     _write_yaml(scenario_path, scenario,
                 "# Written by simspec calibrate: reproduces the measured server and workload. Change the workload\n"
                 "# (or --set it) to ask what-if questions of this box.\n")
-    comparison = _compare(scenario_path, meas, result.residuals_pct)
+    comparison = _compare(scenario_path, meas)
 
     summary = {
         "profile": str(profile_path), "scenario": str(scenario_path), "measurements": str(measurements_path),

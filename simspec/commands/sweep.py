@@ -42,6 +42,11 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
         if parquet:
             S.require_pyarrow()
         spec = S.load_sweep(sweep_file)
+        # a table that cannot be written should be said before the points run, not after
+        for flag, target in (("--out", out_path), ("--parquet", parquet)):
+            if target and not Path(target).resolve().parent.is_dir():
+                raise InputError(f"the directory {Path(target).resolve().parent} does not exist", file=target,
+                                 key=flag)
         t0 = time.perf_counter()
         df = S.run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=True)
         elapsed = time.perf_counter() - t0

@@ -41,8 +41,11 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
             task = bar.add_task("predicting cases", total=len(files))
             results = v.run_cases(files, progress=lambda: bar.advance(task))
         summary = v.summary(results)
-        root = Path(directory) if Path(directory).is_dir() else Path(directory).parent
+        root = v.suite_root(directory)
         recorded = v.recorded_mape(root)
+        if record and Path(directory).is_file():
+            raise InputError("--record records the whole suite's error: give the suite directory, not one case",
+                             file=directory, key="--record")
     except InputError as err:
         fail(err)
         return
@@ -63,7 +66,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
             "# `simspec validate --record` only when a change is meant to move it, and say why in the commit.\n"
             f"mape_not_fitted_pct: {rounded:.2f}\n")
         summary["recorded_mape_not_fitted_pct"] = round(rounded, 2)
-        summary["regressed"] = summary["failed"] > 0
+        regressed = summary["failed"] > 0
+        summary["regressed"] = regressed
 
     if as_json:
         click.echo(json.dumps({"cases": v.as_rows(results), "summary": summary}, indent=2, default=jsonable))

@@ -299,67 +299,68 @@ class FastTrie:
         shared = self.shared
         D = self.D
         rid = req.rid
-        found = 0
+        found = 0  # nodes walked into (counted) or created (not counted)
         for row in rows:
             nodes = row.nodes
             p = row.p
-            plen = end - p
-            d = len(nodes)
-            if d >= plen:
+            d0 = len(nodes)
+            if p + d0 >= end:
                 continue
-            n = nodes[-1] if d else ROOT
-            while d < plen:
-                d += 1
-                t = tokens[p + d - 1]
-                cn = chain[n]
-                if cn is not None:
-                    r = cn.req
-                    top = cn.top
-                    if top <= (cn.bottom if r is None else (r.e if cn.p < r.split else r.e_old) - cn.p):
-                        # another path reaches this chain: its top node becomes explicit, below n, and joins the
-                        # chain's row (pinned if the row still holds the chain, else under its release key)
-                        ct = cn.seq[cn.p + top - 1]
-                        if free_ids:
-                            c = free_ids.pop()
-                            tok[c] = ct
-                            par[c] = n
-                            kids[c] = None
-                            tch[c] = -1
-                        else:
-                            c = len(tok)
-                            tok.append(ct)
-                            par.append(n)
-                            kids.append(None)
-                            chain.append(None)
-                            pins.append(0)
-                            lastkey.append(-1)
-                            tch.append(-1)
-                        kids[n] = c
-                        chain[n] = None
-                        cn.top = top + 1
-                        cn.head = c
-                        chain[c] = cn
-                        cn.row.nodes.append(c)
-                        if r is not None:
-                            pins[c] = 1
-                            lastkey[c] = -1
-                        else:
-                            pins[c] = 0
-                            lastkey[c] = cn.base + D - top
-                            if top >= cn.bottom:
-                                cn.dead = True
-                                chain[c] = None
-                        if ct == t:
-                            if shared:
-                                tch[n] = rid
-                            pins[c] += 1
-                            nodes.append(c)
-                            found += 1
-                            n = c
-                            continue
-                    else:
-                        self._kill_empty(n)
+            n = nodes[-1] if d0 else ROOT
+            created = 0
+            for t in tokens[p + d0:end]:
                 k = kids[n]
+                if k is None:
+                    # a node heading a chain has no explicit children
+                    cn = chain[n]
+                    if cn is not None:
+                        r = cn.req
+                        top = cn.top
+                        if top <= (cn.bottom if r is None else (r.e if cn.p < r.split else r.e_old) - cn.p):
+                            # another path reaches this chain: its top node becomes explicit, below n, and joins
+                            # the chain's row (pinned if the row still holds the chain, else under its release
+                            # key)
+                            ct = cn.seq[cn.p + top - 1]
+                            if free_ids:
+                                c = free_ids.pop()
+                                tok[c] = ct
+                                par[c] = n
+                                kids[c] = None
+                                tch[c] = -1
+                            else:
+                                c = len(tok)
+                                tok.append(ct)
+                                par.append(n)
+                                kids.append(None)
+                                chain.append(None)
+                                pins.append(0)
+                                lastkey.append(-1)
+                                tch.append(-1)
+                            kids[n] = c
+                            chain[n] = None
+                            cn.top = top + 1
+                            cn.head = c
+                            chain[c] = cn
+                            cn.row.nodes.append(c)
+                            if r is not None:
+                                pins[c] = 1
+                                lastkey[c] = -1
+                            else:
+                                pins[c] = 0
+                                lastkey[c] = cn.base + D - top
+                                if top >= cn.bottom:
+                                    cn.dead = True
+                                    chain[c] = None
+                            if ct == t:
+                                if shared:
+                                    tch[n] = rid
+                                pins[c] += 1
+                                nodes.append(c)
+                                n = c
+                                continue
+                            k = c
+                        else:
+                            self._kill_empty(n)
                 c = -1
                 if k is not None:
                     if type(k) is int:
@@ -389,8 +390,10 @@ class FastTrie:
                         tch[n] = rid
                     pins[c] = 1
                     nodes.append(c)
+                    d = len(nodes)
+                    created = 1
                     if not counted:
-                        self.alive += 1 + plen - d
+                        self.alive += 1 + end - p - d
                     ch = Chain(tokens, p, d + 1, req, row, c)
                     chain[c] = ch
                     row.chain = ch
@@ -399,8 +402,8 @@ class FastTrie:
                     tch[n] = rid
                 pins[c] += 1
                 nodes.append(c)
-                found += 1
                 n = c
+            found += len(nodes) - d0 - created
         if counted:
             self.alive -= found
 
@@ -669,6 +672,100 @@ class FastTrie:
                     queue.append((pos, nb, c))
                     break
         return tree
+
+    def accept(self, req: Any, tokens: list[int], end: int, total: int) -> int:
+        """draft() then draft.accepted_drafts(tree, tokens, end, total, num_draft_tokens), fused: the same tree
+        (same merges, same budget cut) kept as one dict {(tree parent << 31) | token: tree node}, which is all
+        greedy verification reads (token ids are below 2**31)."""
+        n_draft = self.config.num_draft_tokens
+        limit = n_draft - 1
+        if total - end < limit:
+            limit = total - end
+        anchors = self.anchors(req, tokens, end)
+        if not anchors:
+            # an empty tree: padding only
+            return 1 if limit > 0 and tokens[end] == 0 else 0
+        budget = n_draft - 1
+        scale = self.scale
+        top_depth = self.top_depth
+        min_bfs = self.config.min_bfs_breadth
+        chain = self.chain
+        kids = self.kids
+        tok = self.tok
+        T: dict[int, int] = {}
+        get = T.get
+        cursor = 1
+        for h0, depth in anchors:
+            if cursor > budget:
+                break
+            queue = [(0, (top_depth - depth) * scale + min_bfs, h0)]
+            qi = 0
+            while qi < len(queue) and cursor <= budget:
+                parent, cur, h = queue[qi]
+                qi += 1
+                while True:
+                    nb = cur - scale
+                    if type(h) is int:
+                        ch = chain[h]
+                        if ch is None:
+                            k = kids[h]
+                            if k is None:
+                                break
+                            if type(k) is not int:
+                                breadth = int(cur)
+                                if breadth < 1:
+                                    breadth = 1
+                                pk = parent << 31
+                                taken = 0
+                                for c in (reversed(k) if type(k) is list else reversed(k.values())):
+                                    if taken >= breadth or cursor > budget:
+                                        break
+                                    key = pk | tok[c]
+                                    pos = get(key)
+                                    if pos is None:
+                                        pos = cursor
+                                        T[key] = pos
+                                        cursor += 1
+                                    queue.append((pos, nb, c))
+                                    taken += 1
+                                break
+                            t = tok[k]
+                            c = k
+                        else:
+                            top = ch.top
+                            r = ch.req
+                            if top > (ch.bottom if r is None else r.e - ch.p):
+                                break
+                            t = ch.seq[ch.p + top - 1]
+                            c = (ch, top)
+                    else:
+                        ch, d = h
+                        r = ch.req
+                        if d >= (ch.bottom if r is None else r.e - ch.p):
+                            break
+                        t = ch.seq[ch.p + d]
+                        c = (ch, d + 1)
+                    key = (parent << 31) | t
+                    pos = get(key)
+                    if pos is None:
+                        pos = cursor
+                        T[key] = pos
+                        cursor += 1
+                    if qi == len(queue) and cursor <= budget:
+                        parent, cur, h = pos, nb, c
+                        continue
+                    queue.append((pos, nb, c))
+                    break
+        k = 0
+        pos = 0
+        while k < limit:
+            pos = get((pos << 31) | tokens[end + k])
+            if pos is None:
+                break
+            k += 1
+        if k == 0 and limit > 0 and cursor < n_draft and tokens[end] == 0:
+            k = 1
+        return k
 
     def node_count(self) -> int:
         return self.alive

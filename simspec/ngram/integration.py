@@ -38,6 +38,7 @@ def replay_for_scenario(sc: Scenario, num_draft_tokens: int, scenario_path: str)
                          key="acceptance.ngram_replay.corpus")
     tokenizer = _relative(spec.tokenizer, scenario_path) if spec.tokenizer else None
     arrival = sc.workload.arrival
+    # open-loop arrivals have no fixed concurrency: replay one request at a time unless told (the source says so)
     concurrency = spec.concurrency or (arrival.concurrency if arrival.type == "closed" else 1)
     ng = sc.speculative.ngram
     try:
@@ -48,14 +49,16 @@ def replay_for_scenario(sc: Scenario, num_draft_tokens: int, scenario_path: str)
     except InputError as err:
         raise InputError(err.message, file=scenario_path, key=f"speculative.ngram.{err.key}") from None
     stat = corpus.stat()
-    key = (str(corpus), stat.st_mtime_ns, stat.st_size, str(tokenizer), concurrency, repr(config))
+    tok_stat = (tokenizer.stat().st_mtime_ns, tokenizer.stat().st_size) if tokenizer and tokenizer.exists() else None
+    key = (str(corpus), stat.st_mtime_ns, stat.st_size, str(tokenizer), tok_stat, concurrency, repr(config))
     hit = _CACHE.get(key)
     if hit is None:
         try:
             sequences, tokenization = load_corpus(corpus, tokenizer)
         except InputError as err:
-            raise InputError(err.message, file=err.file or str(corpus),
-                             key=err.key or "acceptance.ngram_replay.corpus") from None
+            key = "acceptance.ngram_replay.tokenizer" if err.key == "--tokenizer" else (
+                err.key or "acceptance.ngram_replay.corpus")
+            raise InputError(err.message, file=err.file or str(corpus), key=key) from None
         result = replay(sequences, config, concurrency)
         if result.verify_steps == 0:
             raise InputError("the corpus has no output tokens to replay", file=str(corpus),
@@ -63,7 +66,9 @@ def replay_for_scenario(sc: Scenario, num_draft_tokens: int, scenario_path: str)
         source = (f"n-gram replay of {corpus.name} ({len(sequences)} requests, {result.verify_steps} verify steps,"
                   f" {tokenization}) at concurrency {concurrency}, {num_draft_tokens} draft tokens, breadth"
                   f" {ng.min_bfs_breadth}-{ng.max_bfs_breadth}, depth {ng.max_trie_depth}, {ng.match_type},"
-                  f" SGLang {config.sglang_version} drafter: mean accept length {result.mean_accept_length:.3f}")
+                  f" SGLang {config.sglang_version} drafter: mean accept length {result.mean_accept_length:.3f}"
+                  + (" (open-loop arrivals: replayed one request at a time; set ngram_replay.concurrency)"
+                     if spec.concurrency is None and arrival.type != "closed" else ""))
         hit = ([float(c) for c in result.histogram], source)
         _CACHE[key] = hit
     return list(hit[0]), hit[1]

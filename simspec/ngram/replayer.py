@@ -209,6 +209,7 @@ def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any)
             accepted_drafts=req.accepted if req else 0, histogram=h)
 
     draft = trie.draft
+    accept = getattr(trie, "accept", None)  # draft + accepted_drafts fused (the fast engine)
     insert = trie.insert
     while pending or running:
         while len(running) < concurrency and pending:
@@ -222,10 +223,14 @@ def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any)
         if not running:
             break
         batch_steps += 1
-        trees = [draft(req, req.tokens, req.end) for req in running]
-        for req, tree in zip(running, trees, strict=True):
+        # every request drafts against the trie as it stands, before any of this step's insertions
+        if accept is not None:
+            ks = [accept(req, req.tokens, req.end, req.total) for req in running]
+        else:
+            ks = [accepted_drafts(draft(req, req.tokens, req.end), req.tokens, req.end, req.total, n_draft)
+                  for req in running]
+        for req, k in zip(running, ks, strict=True):
             end = req.end
-            k = accepted_drafts(tree, req.tokens, end, req.total, n_draft)
             produced = min(k + 1, req.total - end)
             k = produced - 1
             req.match_end = end

@@ -548,7 +548,7 @@ def write_csv(df: pd.DataFrame, path: str | Path) -> None:
     try:
         df.to_csv(path, index=False)
     except OSError as err:
-        raise InputError(f"cannot write the table: {err.strerror}", file=str(path), key="--out") from None
+        raise InputError(f"cannot write the table: {err.strerror or err}", file=str(path), key="--out") from None
 
 
 def require_pyarrow() -> None:
@@ -563,7 +563,7 @@ def write_parquet(df: pd.DataFrame, path: str | Path) -> None:
     try:
         _for_parquet(df).to_parquet(path, index=False)
     except OSError as err:
-        raise InputError(f"cannot write the table: {err.strerror}", file=str(path), key="--parquet") from None
+        raise InputError(f"cannot write the table: {err.strerror or err}", file=str(path), key="--parquet") from None
 
 
 def read_table(path: str | Path) -> pd.DataFrame:

@@ -26,6 +26,7 @@ parallelism is on (no ranks at all with TP 1; srt/managers/scheduler.py). Ray ac
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -116,11 +117,12 @@ def _decode_line(n: int, line: str, idx: int) -> DecodeLine:
     gen = fields.get("gen throughput (token/s)")
     if not isinstance(running, int) or isinstance(running, bool) or running < 0:
         raise ValueError("no '#running-req: <int>'")
-    if not isinstance(gen, int | float) or isinstance(gen, bool) or gen < 0:
+    if not isinstance(gen, int | float) or isinstance(gen, bool) or not math.isfinite(gen) or gen < 0:
         raise ValueError("no 'gen throughput (token/s): <number>'")
     accept = fields.get("accept len")
-    if accept is not None and (not isinstance(accept, int | float) or isinstance(accept, bool)):
-        raise ValueError(f"accept len {accept!r} is not a number")
+    if accept is not None and (not isinstance(accept, int | float) or isinstance(accept, bool)
+                               or not math.isfinite(accept)):
+        raise ValueError(f"accept len {accept!r} is not a finite number")
     graph = next((v for k, v in fields.items() if k.endswith(" graph") and isinstance(v, bool)), None)
     queue = fields.get("#queue-req")
     return DecodeLine(line=n, rank=rank, time=ts, running=running, gen_throughput=float(gen),
