@@ -77,3 +77,19 @@ def test_unwritable_trace_path_is_bad_input(tmp_path):
                                     str(tmp_path / "missing-dir" / "t.json")] + sum((["--set", s] for s in SHORT), []))
     assert res.exit_code == 2
     assert "--trace" in res.output and "Traceback" not in res.output
+
+
+def test_draft_extend_gathers_one_token_of_logits_per_request():
+    """A v1 draft extend keeps one position's logits per request (SGLang prunes the rest): its all-gather is
+    one vocabulary row, while each draft step's gathers topk rows and the verify's num_draft_tokens rows."""
+    rs = load_scenario(SCENARIOS / "eagle3.yaml", SHORT)
+    _, sim = predict_with_run(rs)
+    spans = _spans(chrome_trace(sim, detail_iterations=1))
+    first = next(e for e in spans if e["tid"] == 1 and e["cat"] == "decode")
+    gathers = [k for k in _children(spans, first) if k["name"].startswith("all_gather")]
+    sizes = [g["args"]["bytes"] for g in gathers]
+    # draft steps (num_steps - 1 = 2, topk 1), the extend (1 token), then the verify (4 tokens of the target)
+    assert len(sizes) == 4
+    assert sizes[0] == sizes[1] == sizes[2]  # one row each: topk 1 and the extend's single position
+    assert sizes[3] == 4 * 163_840 * 2  # the verify: num_draft_tokens rows of Kimi-K2.5's vocabulary
+    assert sizes[0] == rs.drafter.draft_vocab_size * 2  # one row of the drafter's 32,000-token vocabulary

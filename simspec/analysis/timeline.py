@@ -54,15 +54,19 @@ def _forward_spans(model: IterationModel, bs: int, t_us: float, label: str, cat:
     assert fm is not None
     stack, coll = fm.stack, model.collectives
     pbs, _ = model.padded(bs)
-    forwards = [p.tokens_per_request for p in plan for _ in range(p.repeats)]
-    # each forward's collectives at their modelled sizes (logits gathered for every token of the forward); the
-    # recorded total is shared out in proportion so the spans sum to exactly what the engine charged
+    # forwards whose modelled communication is zero (a profiled draft step) draw none
+    forwards = [(p.tokens_per_request, p.logit_tokens_per_request) for p in plan for _ in range(p.repeats)
+                if p.comm_ms > 0]
+    if not forwards:
+        return _forward_spans(model, bs, t_us, label, cat, is_draft, compute_us, comm_us, False, index)
+    # each forward's collectives at their modelled sizes; the recorded total is shared out in proportion so
+    # the spans sum to exactly what the engine charged
     calls: list[list[tuple[str, float, int]]] = []
-    for q in forwards:
+    for q, logits in forwards:
         nbytes = pbs * q * stack.hidden_size * ACTIVATION_BYTES
         ar = coll.all_reduce_us(nbytes)
         fcalls = [("all_reduce", ar, nbytes)] * stack.all_reduces_per_forward
-        ag_bytes = pbs * q * stack.logits_vocab * ACTIVATION_BYTES
+        ag_bytes = pbs * logits * stack.logits_vocab * ACTIVATION_BYTES
         fcalls.append(("all_gather (logits)", coll.all_gather_us(ag_bytes), ag_bytes))
         calls.append(fcalls)
     modelled = sum(t for f in calls for _, t, _ in f)

@@ -57,6 +57,7 @@ class PlannedForward(NamedTuple):
     attention_ms_per_pair: float
     roofline_ms_per_token: float
     launch_ms: float  # all `repeats` forwards together
+    logit_tokens_per_request: int = 1  # tokens whose logits are computed and all-gathered
 
 
 def captured_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
@@ -143,7 +144,7 @@ class IterationModel:
                 compute, comm, kv_rate, attn_rate, launch = measured_draft.value, 0.0, 0.0, 0.0, 0.0
                 roof, roof_kv_rate = min(roof, compute), 0.0  # keep the roofline a bound on the modelled time
             rows.append(PlannedForward(is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate,
-                                       roof_kv_rate, launch))
+                                       roof_kv_rate, launch, logits))
         plan = tuple(rows)
         self._plans[bs] = plan
         return plan
@@ -154,7 +155,7 @@ class IterationModel:
         decode forward, or draft -> verify for a speculative algorithm."""
         d_compute = d_comm = v_compute = v_comm = roof = 0.0
         for (is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate,
-             launch) in self.plan(bs):
+             launch, _) in self.plan(bs):
             kv_tokens = context_sum + seqs * q
             pairs = q * context_sum + seqs * q * (q + 1) / 2  # causal: each new token sees the ones before
             compute += kv_tokens * kv_rate if kv_tokens * kv_rate > pairs * attn_rate else pairs * attn_rate
