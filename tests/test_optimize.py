@@ -180,3 +180,17 @@ def test_bad_setups_file_exits_2(tmp_path, tree):
 def test_missing_scenario_exits_2(tmp_path):
     res = _runner().invoke(main, ["optimize", str(tmp_path / "nope.yaml")])
     assert res.exit_code == 2 and "file not found" in res.stderr
+
+
+def test_replayed_ngram_acceptance_searches_the_draft_budget():
+    """With acceptance replayed from a corpus every num_draft_tokens has a defined accept length, so the
+    optimizer searches N (each point replays the drafter at that budget)."""
+    res = _runner().invoke(main, ["optimize", str(SCENARIOS / "ngram_chain_replay.yaml"), "--concurrency", "1",
+                                  "--json", "--set", "workload.num_requests=1",
+                                  "--set", "workload.output_tokens.value=64"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    text = json.dumps(out)
+    assert "replayed from the corpus" in text
+    ns = {p.get("num_draft_tokens") for c in out["concurrencies"] for p in c["points"] if p["algorithm"] == "ngram"}
+    assert len(ns) >= 5

@@ -212,6 +212,11 @@ def grid_for(algorithm: str, rs: ResolvedScenario, raw: dict[str, Any], max_step
     def chain_acceptance(depth: int) -> dict[str, Any]:
         return {key: list(rates[:depth]), **source}  # type: ignore[index]
 
+    if algorithm == "ngram" and acc.ngram_replay is not None:
+        # replayed acceptance is defined for every draft budget: the drafter is replayed at each N
+        ns = sorted({2, 4, 6, 8, 12, 16, own[2]})
+        return ([_with(raw, "ngram", None, None, n) for n in ns],
+                f"num_draft_tokens in {{{', '.join(map(str, ns))}}}, acceptance replayed from the corpus at each")
     fixed_note = (f"acceptance given as {'accept_length' if acc.accept_length is not None else 'histogram'}:"
                   " another tree has no defined accept length, so the scenario's own setting is kept (give"
                   " chain_rates, cumulative_rates or positional_rates to search it)")
