@@ -432,16 +432,16 @@ class FastTrie:
         pins = self.pins
         lastkey = self.lastkey
         key = base + D
-        for n in row.nodes:
-            key -= 1
-            if key > lastkey[n]:
+        if not self.shared:
+            # one request at a time: calls and window positions only grow, so every earlier key (a release or a
+            # chain node made explicit under one) is below this row's keys
+            for n in row.nodes:
+                key -= 1
                 lastkey[n] = key
-            elif pins[n] == 1:
-                # a row released earlier holds this node's largest key and its block may have been passed
-                # while this row still held the node: give it an entry of its own
-                self.pushes += 1
-                heapq.heappush(self.heap, (lastkey[n], self.pushes, n))
-            pins[n] -= 1
+                pins[n] -= 1
+        else:
+            self._release_shared(row.nodes, key, pins, lastkey)
+            key -= len(row.nodes)
         first = key  # the deepest explicit node's key
         ch = row.chain
         if ch is not None:
@@ -459,6 +459,19 @@ class FastTrie:
         row.base = base
         self.pushes += 1
         heapq.heappush(self.heap, (first, self.pushes, row))
+
+    def _release_shared(self, nodes: list[int], key: int, pins: list[int], lastkey: list[int]) -> None:
+        """_release's node loop at concurrency > 1, where an earlier release may hold a larger key."""
+        for n in nodes:
+            key -= 1
+            if key > lastkey[n]:
+                lastkey[n] = key
+            elif pins[n] == 1:
+                # a row released earlier holds this node's largest key and its block may have been passed
+                # while this row still held the node: give it an entry of its own
+                self.pushes += 1
+                heapq.heappush(self.heap, (lastkey[n], self.pushes, n))
+            pins[n] -= 1
 
     def _squeeze(self, count: int) -> None:
         """Trie::squeeze: evict `count` least recently used nodes (all released: see the module docstring)."""
@@ -700,17 +713,18 @@ class FastTrie:
                 break
             queue = [(0, (top_depth - depth) * scale + min_bfs, h0)]
             qi = 0
-            while qi < len(queue) and cursor <= budget:
+            qn = 1  # len(queue)
+            while qi < qn and cursor <= budget:
                 parent, cur, h = queue[qi]
                 qi += 1
                 while True:
-                    nb = cur - scale
                     if type(h) is int:
                         ch = chain[h]
                         if ch is None:
                             k = kids[h]
                             if k is None:
                                 break
+                            nb = cur - scale
                             if type(k) is not int:
                                 breadth = int(cur)
                                 if breadth < 1:
@@ -727,22 +741,50 @@ class FastTrie:
                                         T[key] = pos
                                         cursor += 1
                                     queue.append((pos, nb, c))
+                                    qn += 1
                                     taken += 1
                                 break
                             t = tok[k]
                             c = k
                         else:
-                            top = ch.top
+                            d = ch.top - 1
                             r = ch.req
-                            if top > (ch.bottom if r is None else r.e - ch.p):
+                            bottom = ch.bottom if r is None else r.e - ch.p
+                            if d >= bottom:
                                 break
-                            t = ch.seq[ch.p + top - 1]
-                            c = (ch, top)
+                            if qi == qn and parent == cursor - 1:
+                                # nothing else queued and the tree node is the newest (no children yet): the
+                                # chain's tokens become a line of new tree nodes until the budget or the chain
+                                # ends (below a chain every node has one child, so the breadth no longer matters)
+                                count = bottom - d
+                                if count > budget - cursor + 1:
+                                    count = budget - cursor + 1
+                                b = ch.p + d
+                                for t in ch.seq[b:b + count]:
+                                    T[(parent << 31) | t] = cursor
+                                    parent = cursor
+                                    cursor += 1
+                                break
+                            nb = cur - scale
+                            t = ch.seq[ch.p + d]
+                            c = (ch, d + 1)
                     else:
                         ch, d = h
                         r = ch.req
-                        if d >= (ch.bottom if r is None else r.e - ch.p):
+                        bottom = ch.bottom if r is None else r.e - ch.p
+                        if d >= bottom:
                             break
+                        if qi == qn and parent == cursor - 1:
+                            count = bottom - d
+                            if count > budget - cursor + 1:
+                                count = budget - cursor + 1
+                            b = ch.p + d
+                            for t in ch.seq[b:b + count]:
+                                T[(parent << 31) | t] = cursor
+                                parent = cursor
+                                cursor += 1
+                            break
+                        nb = cur - scale
                         t = ch.seq[ch.p + d]
                         c = (ch, d + 1)
                     key = (parent << 31) | t
@@ -751,10 +793,11 @@ class FastTrie:
                         pos = cursor
                         T[key] = pos
                         cursor += 1
-                    if qi == len(queue) and cursor <= budget:
+                    if qi == qn and cursor <= budget:
                         parent, cur, h = pos, nb, c
                         continue
                     queue.append((pos, nb, c))
+                    qn += 1
                     break
         k = 0
         pos = 0
