@@ -48,17 +48,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             raise InputError(f"--set value {raw!r} is not a valid YAML scalar", file=file, key=key) from None
-        node = out
-        parts = key.split(".")
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping", file=file, key=key)
-            node = child
-        node[parts[-1]] = value
+        set_field(out, key, value, file)
     return out
+
+
+def set_field(data: dict[str, Any], path: str, value: Any, file: str) -> None:
+    """Set one field of a raw scenario mapping in place: missing sections are created; a mapping value
+    replaces the section it names. The one path walk behind `--set` and sweeps' structured changes."""
+    node = data
+    parts = path.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping here (it is {child!r}), so {path} cannot"
+                             " be set", file=file, key=path)
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
 
 
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:

@@ -131,26 +131,10 @@ def _changes(mapping: Any, file: str, key: str) -> tuple[tuple[str, Any], ...]:
     return tuple((check_field_path(k, file, f"{key}.{k}"), v) for k, v in mapping.items())
 
 
-def set_field(data: dict[str, Any], path: str, value: Any, file: str) -> None:
-    """Set one field of a raw scenario mapping in place, as `--set path=value` does (missing sections are
-    created; a mapping value replaces the section it names), but with a structured value, not a string."""
-    node = data
-    parts = path.split(".")
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise InputError(f"{'.'.join(parts[:i + 1])} is not a mapping here (it is {child!r}), so {path} cannot"
-                             " be set", file=file, key=path)
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
-
-
 def apply_changes(data: dict[str, Any], changes: Sequence[tuple[str, Any] | str], file: str) -> dict[str, Any]:
     """A copy of `data` with the changes applied in order: (path, value) pairs, or `path=value` strings
     exactly as `simspec predict --set` takes them."""
-    from simspec.scenario.reading import apply_overrides
+    from simspec.scenario.reading import apply_overrides, set_field
 
     out = copy.deepcopy(data)
     for change in changes:
