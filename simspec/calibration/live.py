@@ -154,6 +154,19 @@ def _give_up(method: str, base: str, path: str, tries: int, last: _Transient) ->
                            status=last.status)
 
 
+def _read_timeout(method: str, base: str, path: str) -> LiveServerError:
+    return LiveServerError(f"{method} {base}{path}: no answer within the read timeout", endpoint=path)
+
+
+def _retry_reason(method: str, base: str, path: str, resp: httpx.Response, allow: Iterable[int]) -> _Transient | None:
+    """None for an answer to return (2xx or allowed), the reason to retry (5xx, 429), or raise for the rest."""
+    if resp.is_success or resp.status_code in allow:
+        return None
+    if resp.status_code not in RETRY_STATUSES:
+        raise _status_error(method, base, path, resp.status_code, resp.content)
+    return _Transient(f"HTTP {resp.status_code}: {_excerpt(resp.content)}", resp.status_code)
+
+
 def _request_sync(client: httpx.Client, method: str, base: str, path: str, *, retries: int, backoff_s: float,
                   allow: Iterable[int] = (), json_body: Any = None) -> httpx.Response:
     """One request with bounded retries (connect errors, 5xx, 429) and exponential backoff. Returns 2xx
@@ -164,15 +177,13 @@ def _request_sync(client: httpx.Client, method: str, base: str, path: str, *, re
         try:
             resp = client.request(method, base + path, json=json_body)
         except httpx.ReadTimeout:
-            raise LiveServerError(f"{method} {base}{path}: no answer within the read timeout", endpoint=path) from None
+            raise _read_timeout(method, base, path) from None
         except _RETRYABLE as exc:
             last = _transient_from(exc)
         else:
-            if resp.is_success or resp.status_code in allow:
+            last = _retry_reason(method, base, path, resp, allow)
+            if last is None:
                 return resp
-            if resp.status_code not in RETRY_STATUSES:
-                raise _status_error(method, base, path, resp.status_code, resp.content)
-            last = _Transient(f"HTTP {resp.status_code}: {_excerpt(resp.content)}", resp.status_code)
         if attempt < tries:
             time.sleep(backoff_s * 2 ** (attempt - 1))
     assert last is not None
@@ -188,15 +199,13 @@ async def _request_async(client: httpx.AsyncClient, method: str, base: str, path
         try:
             resp = await client.request(method, base + path, json=json_body)
         except httpx.ReadTimeout:
-            raise LiveServerError(f"{method} {base}{path}: no answer within the read timeout", endpoint=path) from None
+            raise _read_timeout(method, base, path) from None
         except _RETRYABLE as exc:
             last = _transient_from(exc)
         else:
-            if resp.is_success or resp.status_code in allow:
+            last = _retry_reason(method, base, path, resp, allow)
+            if last is None:
                 return resp
-            if resp.status_code not in RETRY_STATUSES:
-                raise _status_error(method, base, path, resp.status_code, resp.content)
-            last = _Transient(f"HTTP {resp.status_code}: {_excerpt(resp.content)}", resp.status_code)
         if attempt < tries:
             await asyncio.sleep(backoff_s * 2 ** (attempt - 1))
     assert last is not None
