@@ -8,13 +8,13 @@ kept per process, keyed by the corpus file's identity and the configuration, so 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simspec.errors import InputError
 from simspec.ngram.config import NgramConfig, nearest_read_version
 from simspec.ngram.corpus import load_corpus
 from simspec.ngram.replayer import replay
+from simspec.scenario.reading import relative_to_scenario
 
 if TYPE_CHECKING:
     from simspec.scenario.schema import Scenario
@@ -22,21 +22,16 @@ if TYPE_CHECKING:
 _CACHE: dict[tuple, tuple[list[float], str]] = {}
 
 
-def _relative(path: str, scenario_path: str) -> Path:
-    base = Path(scenario_path).parent if scenario_path and not scenario_path.startswith("<") else Path.cwd()
-    return (base / path).resolve()
-
-
 def replay_for_scenario(sc: Scenario, num_draft_tokens: int, scenario_path: str) -> tuple[list[float], str]:
     """(histogram of accepted drafts per verify step, a source line naming the corpus and configuration)."""
     acc = sc.acceptance
     assert acc is not None and acc.ngram_replay is not None
     spec = acc.ngram_replay
-    corpus = _relative(spec.corpus, scenario_path)
+    corpus = relative_to_scenario(spec.corpus, scenario_path)
     if not corpus.exists():
         raise InputError(f"corpus {spec.corpus!r} not found (looked at {corpus})", file=scenario_path,
                          key="acceptance.ngram_replay.corpus")
-    tokenizer = _relative(spec.tokenizer, scenario_path) if spec.tokenizer else None
+    tokenizer = relative_to_scenario(spec.tokenizer, scenario_path) if spec.tokenizer else None
     arrival = sc.workload.arrival
     # open-loop arrivals have no fixed concurrency: replay one request at a time unless told (the source says so)
     concurrency = spec.concurrency or (arrival.concurrency if arrival.type == "closed" else 1)

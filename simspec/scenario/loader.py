@@ -21,7 +21,7 @@ from simspec import presets
 from simspec.errors import InputError
 from simspec.scenario.memory import plan_memory
 from simspec.scenario.profile import CollectiveCurve, Profile
-from simspec.scenario.reading import apply_overrides, read_yaml, validation_error
+from simspec.scenario.reading import apply_overrides, read_yaml, relative_to_scenario, validation_error
 from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario
 
 #  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set
@@ -292,8 +292,7 @@ def _load_profile_for(sc: Scenario, path: str) -> tuple[Profile | None, str | No
     """The scenario's calibration profile (its path relative to the scenario file), checked against the box."""
     if sc.calibration is None:
         return None, None
-    base = Path(path).parent if path and not path.startswith("<") else Path.cwd()
-    profile_path = (base / sc.calibration).resolve()
+    profile_path = relative_to_scenario(sc.calibration, path)
     if not profile_path.exists():
         raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
                          file=path, key="calibration")

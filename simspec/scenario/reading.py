@@ -36,6 +36,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def relative_to_scenario(path: str, scenario_path: str) -> Path:
+    """A path a scenario names (profile, corpus, tokenizer), resolved against the scenario file's directory;
+    a scenario without a file ("<...>", e.g. inline in a case or a sweep) resolves against the working one."""
+    base = Path(scenario_path).parent if scenario_path and not scenario_path.startswith("<") else Path.cwd()
+    return (base / path).resolve()
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
     """Apply `key.path=value` overrides (value parsed as YAML) to a copy of the raw scenario mapping."""
     out = copy.deepcopy(data)
