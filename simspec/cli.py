@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -75,6 +76,17 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
         for k, v in result["sources"].items():
             t.add_row(escape(k), escape(v))
         console.print(t)
+
+
+def null_non_finite(obj: Any) -> Any:
+    """Infinity ("never") and NaN become null, through dicts and lists: JSON has no such numbers."""
+    if isinstance(obj, dict):
+        return {k: null_non_finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [null_non_finite(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def jsonable(obj: Any) -> Any:

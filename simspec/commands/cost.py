@@ -113,7 +113,7 @@ def cost(scenario_file: str, price: str | None, train_tokens: str | None, train_
          gen_concurrency: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """$ per million output tokens for SCENARIO_FILE and its no-speculation baseline, and the serving volume at
     which training its drafter pays back."""
-    from simspec.cli import fail
+    from simspec.cli import fail, null_non_finite
     from simspec.predict import predict
     from simspec.scenario.loader import load_scenario
     from simspec.studies.cost import check_inputs, cost_figures
@@ -144,18 +144,9 @@ def cost(scenario_file: str, price: str | None, train_tokens: str | None, train_
         fail(err)
         return
     if as_json:
-        click.echo(json.dumps(_jsonable(figures), indent=2))
+        click.echo(json.dumps(null_non_finite(figures), indent=2))
         return
     _render(figures)
-
-
-def _jsonable(obj: object) -> object:
-    """Infinity ("never") and NaN become null: JSON has no such numbers (the figure's source says why)."""
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _render(out: dict) -> None:

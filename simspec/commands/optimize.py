@@ -58,7 +58,7 @@ def optimize(scenario_file: str, concurrency_text: str | None, objective: str, m
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simspec.cli import fail
+    from simspec.cli import fail, null_non_finite
     from simspec.studies import optimize as study
 
     try:
@@ -86,19 +86,9 @@ def optimize(scenario_file: str, concurrency_text: str | None, objective: str, m
         fail(err)
         return
     if as_json:
-        click.echo(json.dumps(_jsonable(result), indent=2))
+        click.echo(json.dumps(null_non_finite(result), indent=2))
         return
     _render(result)
-
-
-def _jsonable(obj: object) -> object:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _render(result: dict) -> None:
