@@ -151,8 +151,7 @@ def test_bad_tokenizer_file(tmp_path):
     ([str(OUTPUTS), "--sweep", "num_draft_tokens=4,0"], ["--sweep num_draft_tokens=4,0", ">= 1"]),
     ([str(OUTPUTS), "--sweep", "max_bfs_breadth=1", "--sweep", "max_bfs_breadth=2"], ["swept twice"]),
     ([str(OUTPUTS), "--requests", "some"], ["--requests", "whole number"]),
-    ([str(OUTPUTS), "--engine", "turbo"], ["--engine", "auto, fast or literal"]),
-    ([str(OUTPUTS), "--engine", "fast", "--match-type", "PROB"], ["--engine", "PROB"]),
+    ([str(OUTPUTS), "--engine", "turbo"], ["--engine", "auto, compiled or literal"]),
 ])
 def test_bad_input(args, fragments):
     bad(run(*args), *fragments)

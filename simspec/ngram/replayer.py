@@ -130,23 +130,22 @@ class _Req:
         self.hist = [0] * n_draft
 
 
-def make_engine(config: NgramConfig, concurrency: int, engine: str = "auto") -> Any:
-    """The trie engine: "fast" (BFS, 0.5.10, capacity well above what the running windows pin), "literal"
-    (anything), or "auto" (fast where it applies)."""
-    from simspec.ngram.literal import LiteralTrie
+ENGINES = ("auto", "compiled", "literal")
 
-    if engine not in ("auto", "fast", "literal"):
-        raise InputError(f"engine must be auto, fast or literal, got {engine!r}", key="engine")
-    if engine == "literal":
-        return LiteralTrie(config)
-    from simspec.ngram import fast
 
-    reason = fast.unsupported(config, concurrency)
-    if reason is None:
-        return fast.FastTrie(config, concurrency)
-    if engine == "fast":
-        raise InputError(f"the fast engine does not cover this configuration: {reason}", key="engine")
-    return LiteralTrie(config)
+def resolve_engine(engine: str = "auto") -> str:
+    """Which engine replays: "compiled" (simspec.ngram.compiled, numba), "literal" (simspec.ngram.literal, pure
+    Python, ~10x slower: the independent transcription the compiled engine is checked against), or "auto":
+    compiled where numba imports, else literal. Both cover every version, match type and capacity."""
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}", key="engine")
+    from simspec.ngram import compiled
+
+    if engine == "compiled" and not compiled.AVAILABLE:
+        raise InputError("the compiled engine needs numba (pip install numba)", key="engine")
+    if engine == "auto":
+        return "compiled" if compiled.AVAILABLE else "literal"
+    return engine
 
 
 def _token_list(ids: Any, where: str) -> list[int]:
@@ -179,9 +178,13 @@ def replay(sequences: Iterable[Sequence], config: NgramConfig, concurrency: int 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise InputError(f"must be a whole number >= 1, got {concurrency!r}", key="concurrency")
     seqs = _check_sequences(sequences)
-    trie = make_engine(config, concurrency, engine)
-    # The tries allocate millions of small objects that live long; Python's cyclic collector would rescan them
-    # again and again (a third of the run time at 1M tokens). The engines break their own reference cycles.
+    if resolve_engine(engine) == "compiled":
+        return _run_compiled(seqs, config, concurrency)
+    from simspec.ngram.literal import LiteralTrie
+
+    trie = LiteralTrie(config)
+    # The literal trie allocates millions of small objects that live long; Python's cyclic collector would
+    # rescan them again and again (a third of the run time at 1M tokens). It collects them once re-enabled.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -189,6 +192,28 @@ def replay(sequences: Iterable[Sequence], config: NgramConfig, concurrency: int 
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _run_compiled(seqs: list[Sequence], config: NgramConfig, concurrency: int) -> ReplayResult:
+    from simspec.ngram.compiled import replay_arrays
+
+    hist, steps, accepted, hists, batch_steps, _nodes = replay_arrays(seqs, config, concurrency)
+    requests = [RequestResult(name=s.name if s.name is not None else str(i), prompt_tokens=len(s.prompt_ids),
+                              output_tokens=len(s.output_ids), verify_steps=int(steps[i]),
+                              accepted_drafts=int(accepted[i]), histogram=hists[i].tolist())
+                for i, s in enumerate(seqs)]
+    return ReplayResult(config=config, concurrency=concurrency, histogram=hist.tolist(), requests=requests,
+                        engine="compiled", batch_steps=int(batch_steps), notes=_notes(config))
+
+
+def _notes(config: NgramConfig) -> list[str]:
+    notes = []
+    if config.sglang_version == "0.5.8" and config.match_type == "PROB":
+        notes.append("SGLang 0.5.8's NGRAMWorker never passes match_type to its cache: replayed as BFS")
+    if config.sglang_version == "0.5.23":
+        notes.append("0.5.23 inserts with overlap scheduling: accepted tokens reach the trie one step later, and "
+                     "a request's last accepted tokens are never inserted")
+    return notes
 
 
 def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any) -> ReplayResult:
@@ -209,7 +234,6 @@ def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any)
             accepted_drafts=req.accepted if req else 0, histogram=h)
 
     draft = trie.draft
-    accept = getattr(trie, "accept", None)  # draft + accepted_drafts fused (the fast engine)
     insert = trie.insert
     while pending or running:
         while len(running) < concurrency and pending:
@@ -224,11 +248,8 @@ def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any)
             break
         batch_steps += 1
         # every request drafts against the trie as it stands, before any of this step's insertions
-        if accept is not None:
-            ks = [accept(req, req.tokens, req.end, req.total) for req in running]
-        else:
-            ks = [accepted_drafts(draft(req, req.tokens, req.end), req.tokens, req.end, req.total, n_draft)
-                  for req in running]
+        ks = [accepted_drafts(draft(req, req.tokens, req.end), req.tokens, req.end, req.total, n_draft)
+              for req in running]
         for req, k in zip(running, ks, strict=True):
             end = req.end
             produced = min(k + 1, req.total - end)
@@ -249,12 +270,6 @@ def _run(seqs: list[Sequence], config: NgramConfig, concurrency: int, trie: Any)
             else:
                 still.append(req)
         running = still
-    notes = []
-    if config.sglang_version == "0.5.8" and config.match_type == "PROB":
-        notes.append("SGLang 0.5.8's NGRAMWorker never passes match_type to its cache: replayed as BFS")
-    if lag:
-        notes.append("0.5.23 inserts with overlap scheduling: accepted tokens reach the trie one step later, and "
-                     "a request's last accepted tokens are never inserted")
     return ReplayResult(config=config, concurrency=concurrency, histogram=hist,
                         requests=[r for r in results if r is not None], engine=trie.name,
-                        batch_steps=batch_steps, notes=notes)
+                        batch_steps=batch_steps, notes=_notes(config))
