@@ -136,6 +136,63 @@ def _ht_grown(ht, shift):
     return out
 
 
+# ---------------------------------------------------------------------------- libstdc++'s binary heap
+# std::priority_queue's push and pop (bits/stl_heap.h __push_heap, __pop_heap -> __adjust_heap), on heap[0:n]
+# holding item indices ordered by key[item], largest in front: the same tie order as SGLang's buildFrequency.
+
+
+@_njit
+def _sift_up(heap, hole, key, item):
+    """__push_heap(first, hole, 0, item): move `item` up from `hole` to where its key belongs."""
+    v = key[item]
+    while hole > 0:
+        up = (hole - 1) // 2
+        if not key[heap[up]] < v:
+            break
+        heap[hole] = heap[up]
+        hole = up
+    heap[hole] = item
+
+
+@_njit
+def _heap_push(heap, n, key, item):
+    """push_back(item) + std::push_heap on heap[0:n]."""
+    _sift_up(heap, n, key, item)
+
+
+@_njit
+def _heap_pop(heap, n, key):
+    """front() + std::pop_heap + pop_back on heap[0:n] (n >= 1): returns the front item."""
+    top = heap[0]
+    if n > 1:
+        value = heap[n - 1]
+        length = n - 1
+        hole = 0
+        second = 0
+        while second < (length - 1) // 2:
+            second = 2 * (second + 1)
+            if key[heap[second]] < key[heap[second - 1]]:
+                second -= 1
+            heap[hole] = heap[second]
+            hole = second
+        if (length & 1) == 0 and second == (length - 2) // 2:
+            second = 2 * (second + 1)
+            heap[hole] = heap[second - 1]
+            hole = second - 1
+        _sift_up(heap, hole, key, value)
+    return top
+
+
+@_njit
+def _tree_child(t_par, t_tok, size, parent, token):
+    """The draft-tree node under `parent` with `token` among nodes 1 .. size - 1, or -1 (a tree has at most
+    num_draft_tokens nodes: a scan beats a map)."""
+    for x in range(1, size):
+        if t_par[x] == parent and t_tok[x] == token:
+            return x
+    return -1
+
+
 # ---------------------------------------------------------------------------- the replay
 
 
@@ -191,10 +248,11 @@ def _replay(nodes, toks, starts, prompt_len, n_draft, min_bfs, max_bfs, depth_ma
     q_par = np.empty(q_cap, np.int64)
     q_br = np.empty(q_cap, np.float64)
     q_node = np.empty(q_cap, np.int32)
-    h_prob = np.empty(q_cap, np.float64)
-    h_par = np.empty(q_cap, np.int64)
-    h_node = np.empty(q_cap, np.int32)
-    h_tok = np.empty(q_cap, np.int64)
+    heap = np.empty(q_cap, np.int64)
+    e_prob = np.empty(q_cap, np.float64)
+    e_par = np.empty(q_cap, np.int64)
+    e_node = np.empty(q_cap, np.int64)
+    e_tok = np.empty(q_cap, np.int64)
     path = np.empty(depth_max, np.int32)
     sort_keys = np.empty(64, np.int64)
 
@@ -330,11 +388,7 @@ def _replay(nodes, toks, starts, prompt_len, n_draft, min_bfs, max_bfs, depth_ma
                             if taken >= breadth or cursor > budget:
                                 break
                             tok = nodes[c, TOK]
-                            pos = -1
-                            for x in range(1, cursor):
-                                if t_par[x] == parent and t_tok[x] == tok:
-                                    pos = x
-                                    break
+                            pos = _tree_child(t_par, t_tok, cursor, parent, tok)
                             if pos < 0:
                                 pos = cursor
                                 t_tok[pos] = tok
@@ -351,7 +405,10 @@ def _replay(nodes, toks, starts, prompt_len, n_draft, min_bfs, max_bfs, depth_ma
                             taken += 1
                             c = nodes[c, KNEXT]
             else:  # Trie::buildFrequency: one libstdc++ binary heap shared by all anchors
+                # heap entries (probability, tree parent, trie node, token) live in e_*; the heap holds their
+                # indices, ordered by e_prob as std::priority_queue<..., CompareByLastDouble> orders them
                 hn = 0
+                n_ent = 0
                 for ai in range(n_anc):
                     # add(0, anchor, 1.0), then pop while there is budget; add(pos, child, prob) after each pop
                     a_par = 0
@@ -379,90 +436,36 @@ def _replay(nodes, toks, starts, prompt_len, n_draft, min_bfs, max_bfs, depth_ma
                             total_f += float((np.int64(1) << 31) - (keys_sorted[i] >> 31))
                         if total_f <= 0:
                             total_f = 1.0
+                        if n_ent + kk > heap.shape[0]:
+                            grow = heap.shape[0] + kk
+                            heap = np.concatenate((heap, np.empty(grow, np.int64)))
+                            e_prob = np.concatenate((e_prob, np.empty(grow, np.float64)))
+                            e_par = np.concatenate((e_par, np.empty(grow, np.int64)))
+                            e_node = np.concatenate((e_node, np.empty(grow, np.int64)))
+                            e_tok = np.concatenate((e_tok, np.empty(grow, np.int64)))
                         for i in range(kk):
                             tok = keys_sorted[i] & ((np.int64(1) << 31) - 1)
                             freq = (np.int64(1) << 31) - (keys_sorted[i] >> 31)
-                            child = _child(nodes, ht, a_node, tok, ht_shift)
-                            p_val = float(freq) / total_f * a_prob
-                            # push_back + std::push_heap
-                            if hn == h_prob.shape[0]:
-                                h_prob = np.concatenate((h_prob, np.empty(hn, np.float64)))
-                                h_par = np.concatenate((h_par, np.empty(hn, np.int64)))
-                                h_node = np.concatenate((h_node, np.empty(hn, np.int32)))
-                                h_tok = np.concatenate((h_tok, np.empty(hn, np.int64)))
-                            hole = hn
+                            e_prob[n_ent] = float(freq) / total_f * a_prob
+                            e_par[n_ent] = a_par
+                            e_node[n_ent] = _child(nodes, ht, a_node, tok, ht_shift)
+                            e_tok[n_ent] = tok
+                            _heap_push(heap, hn, e_prob, n_ent)
                             hn += 1
-                            while hole > 0:
-                                up = (hole - 1) // 2
-                                if not h_prob[up] < p_val:
-                                    break
-                                h_prob[hole] = h_prob[up]
-                                h_par[hole] = h_par[up]
-                                h_node[hole] = h_node[up]
-                                h_tok[hole] = h_tok[up]
-                                hole = up
-                            h_prob[hole] = p_val
-                            h_par[hole] = a_par
-                            h_node[hole] = child
-                            h_tok[hole] = tok
+                            n_ent += 1
                         if hn == 0 or cursor > budget:
                             break
-                        # -- front() + std::pop_heap + pop_back
-                        top_prob = h_prob[0]
-                        top_par = h_par[0]
-                        top_node = h_node[0]
-                        top_tok = h_tok[0]
-                        if hn > 1:
-                            v_prob = h_prob[hn - 1]
-                            v_par = h_par[hn - 1]
-                            v_node = h_node[hn - 1]
-                            v_tok = h_tok[hn - 1]
-                            length = hn - 1
-                            hole = 0
-                            second = 0
-                            while second < (length - 1) // 2:
-                                second = 2 * (second + 1)
-                                if h_prob[second] < h_prob[second - 1]:
-                                    second -= 1
-                                h_prob[hole] = h_prob[second]
-                                h_par[hole] = h_par[second]
-                                h_node[hole] = h_node[second]
-                                h_tok[hole] = h_tok[second]
-                                hole = second
-                            if (length & 1) == 0 and second == (length - 2) // 2:
-                                second = 2 * (second + 1)
-                                h_prob[hole] = h_prob[second - 1]
-                                h_par[hole] = h_par[second - 1]
-                                h_node[hole] = h_node[second - 1]
-                                h_tok[hole] = h_tok[second - 1]
-                                hole = second - 1
-                            while hole > 0:
-                                up = (hole - 1) // 2
-                                if not h_prob[up] < v_prob:
-                                    break
-                                h_prob[hole] = h_prob[up]
-                                h_par[hole] = h_par[up]
-                                h_node[hole] = h_node[up]
-                                h_tok[hole] = h_tok[up]
-                                hole = up
-                            h_prob[hole] = v_prob
-                            h_par[hole] = v_par
-                            h_node[hole] = v_node
-                            h_tok[hole] = v_tok
+                        top = _heap_pop(heap, hn, e_prob)
                         hn -= 1
-                        pos = -1
-                        for x in range(1, cursor):
-                            if t_par[x] == top_par and t_tok[x] == top_tok:
-                                pos = x
-                                break
+                        pos = _tree_child(t_par, t_tok, cursor, e_par[top], e_tok[top])
                         if pos < 0:
                             pos = cursor
-                            t_tok[pos] = top_tok
-                            t_par[pos] = top_par
+                            t_tok[pos] = e_tok[top]
+                            t_par[pos] = e_par[top]
                             cursor += 1
                         a_par = pos
-                        a_node = top_node
-                        a_prob = top_prob
+                        a_node = e_node[top]
+                        a_prob = e_prob[top]
 
             # greedy verification against what the target produced next (VerifyTreeGreedy)
             node = 0
@@ -471,12 +474,7 @@ def _replay(nodes, toks, starts, prompt_len, n_draft, min_bfs, max_bfs, depth_ma
             if limit > n_draft - 1:
                 limit = n_draft - 1
             while k < limit:
-                want = toks[end + k]
-                nxt = -1
-                for x in range(1, cursor):
-                    if t_par[x] == node and t_tok[x] == want:
-                        nxt = x
-                        break
+                nxt = _tree_child(t_par, t_tok, cursor, node, toks[end + k])
                 if nxt < 0:
                     break
                 node = nxt
