@@ -15,7 +15,7 @@ from simspec.timing.iteration import IterationModel, captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
 
 IDEAL = Efficiencies(memory_bandwidth=1.0, compute=1.0, routing_locality=0.0, forward_overhead_ms=0.0,
-                     layer_overhead_graph_us=0.0, layer_overhead_eager_us=0.0)
+                     kernel_gap_graph_us=0.0, small_kernel_us=0.0, layer_overhead_eager_us=0.0)
 
 
 def test_distinct_experts_match_the_uniform_routing_figures():
@@ -50,6 +50,39 @@ def test_tensor_parallel_splits_weights_and_counts_collectives():
     one, eight = target_stack(m, 1), target_stack(m, 8)
     assert sum(g.bytes_per_gpu for g in eight.groups) == pytest.approx(sum(g.bytes_per_gpu for g in one.groups) / 8)
     assert eight.all_reduces_per_forward == 2 * 80 + 1  # 2 per layer + the vocab-parallel embedding
+
+
+def test_kernel_counts_follow_the_model_parts():
+    """kernels.yaml by hand: a Llama layer (2 norms + 5 attention + 3 MLP kernels, 5 of them small) x 32 layers
+    + 3 per forward (2 small); Qwen3 adds its QK norm; block-FP8 weights add one quant kernel per linear."""
+    llama = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    assert (llama.kernels_per_forward, llama.small_kernels_per_forward) == (10 * 32 + 3, 5 * 32 + 2)
+    bf16, fp8 = target_stack(presets.models()["qwen3-8b"], 1), target_stack(presets.models()["qwen3-8b-fp8"], 1)
+    assert bf16.kernels_per_forward == 11 * 36 + 3
+    assert fp8.kernels_per_forward - bf16.kernels_per_forward == 4 * 36
+    assert fp8.small_kernels_per_forward - bf16.small_kernels_per_forward == 4 * 36
+    # MLA + routed MoE + shared experts, every linear FP8 (DeepSeek-V3: 3 dense layers, 58 MoE layers)
+    ds = presets.models()["deepseek-v3"]
+    stack = target_stack(ds, tp=8)
+    assert ds.num_dense_layers == 3 and ds.num_layers == 61
+    per_dense = 2 + (12 + 3) + (3 + 2)
+    per_moe = 2 + (12 + 3) + (7 + 2) + (3 + 2)
+    assert stack.kernels_per_forward == 3 * per_dense + 58 * per_moe + 3
+
+
+def test_kernel_boundaries_and_small_kernels_cost_time_in_graphs_and_per_layer_dispatch_without():
+    m = presets.models()["llama-3.1-8b"]
+    gpu = presets.gpus()["h100-sxm"]
+    stack = target_stack(m, 1)
+    coll = Collectives(CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test"), 1, "nvlink")
+    eff = dataclasses.replace(IDEAL, kernel_gap_graph_us=1.5, small_kernel_us=4.0, layer_overhead_eager_us=50.0)
+    shape = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
+    bare = ForwardModel(stack, gpu, coll, IDEAL).cost(shape, 0, 0).compute_ms
+    graph = ForwardModel(stack, gpu, coll, eff).cost(shape, 0, 0).compute_ms
+    assert graph - bare == pytest.approx((stack.kernels_per_forward * 1.5 + stack.small_kernels_per_forward * 4.0)
+                                         / 1e3)
+    eager = ForwardModel(stack, gpu, coll, eff).cost(dataclasses.replace(shape, graph=False), 0, 0).compute_ms
+    assert eager - bare == pytest.approx(50.0 * 32 / 1e3)
 
 
 def test_mla_latent_cache_is_replicated_across_tp_ranks():

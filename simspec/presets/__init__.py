@@ -174,6 +174,29 @@ def default_coefficients() -> dict[str, DefaultCoefficient]:
     return {k: DefaultCoefficient(**v) for k, v in _load("defaults.yaml").items()}
 
 
+class KernelCount(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kernels: int = Field(ge=0)
+    small: int = Field(ge=0)
+
+
+class KernelCounts(BaseModel):
+    """Kernels SGLang launches per decode forward, by part of the model (kernels.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_layer: dict[Literal["norms", "gqa_attention", "qk_norm", "mla_attention", "dense_mlp", "moe",
+                            "shared_experts"], KernelCount]
+    fp8_quant_per_linear: dict[Literal["gqa_attention", "mla_attention", "dense_mlp", "moe", "shared_experts"],
+                               int]
+    per_forward: KernelCount
+    qk_norm_architectures: list[str]
+
+
+@cache
+def kernel_counts() -> KernelCounts:
+    return KernelCounts(**_load("kernels.yaml"))
+
+
 def catalog() -> dict[str, dict[str, Any]]:
     """Every preset by kind, for `simspec presets`."""
     return {"gpus": gpus(), "interconnects": interconnects(), "models": models(), "drafters": drafters()}

@@ -40,7 +40,8 @@ class Efficiencies:
     compute: float
     routing_locality: float
     forward_overhead_ms: float
-    layer_overhead_graph_us: float
+    kernel_gap_graph_us: float
+    small_kernel_us: float
     layer_overhead_eager_us: float
 
 
@@ -97,8 +98,12 @@ class ForwardModel:
             nbytes = n * st.expert_bytes_per_gpu * st.num_moe_layers
             compute += self._time(nbytes, st.expert_flops_per_token * shape.tokens, st.expert_compute)
             roof += nbytes / self._bw
-        per_layer_us = eff.layer_overhead_graph_us if shape.graph else eff.layer_overhead_eager_us
-        compute += per_layer_us * st.num_layers * 1e-6  # launch gaps; the per-launch overhead is the caller's
+        if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
+            compute += (st.kernels_per_forward * eff.kernel_gap_graph_us
+                        + st.small_kernels_per_forward * eff.small_kernel_us) * 1e-6
+        else:  # host-bound: Python dispatch and launches per layer
+            compute += eff.layer_overhead_eager_us * st.num_layers * 1e-6
+        # the per-launch (graph replay) overhead is the caller's
         comm_us = 0.0
         if st.tp > 1:
             comm_us = st.all_reduces_per_forward * self.collectives.all_reduce_us(

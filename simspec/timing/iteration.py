@@ -82,7 +82,8 @@ class IterationModel:
         self.eff = Efficiencies(
             memory_bandwidth=c("memory_bandwidth_efficiency"), compute=c("compute_efficiency"),
             routing_locality=c("moe_routing_locality"), forward_overhead_ms=c("forward_overhead_ms"),
-            layer_overhead_graph_us=c("layer_overhead_graph_us"), layer_overhead_eager_us=c("layer_overhead_eager_us"),
+            kernel_gap_graph_us=c("kernel_gap_graph_us"), small_kernel_us=c("small_kernel_us"),
+            layer_overhead_eager_us=c("layer_overhead_eager_us"),
         )
         self.collectives = Collectives(rs.all_reduce, tp, rs.interconnect.link)
         self.target = ForwardModel(target_stack(rs.model, tp), rs.gpu, self.collectives, self.eff)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simspec.presets import DrafterPreset, GqaAttention, MlaAttention, ModelPreset
+from simspec.presets import DrafterPreset, GqaAttention, MlaAttention, ModelPreset, kernel_counts
 
 # bytes per parameter and the tensor-core type the weights are multiplied in
 WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
@@ -50,6 +50,8 @@ class Stack:
     attn_flops_per_pair: float  # one query token against one context token, all layers, one GPU
     weight_bytes_per_gpu: float  # stored, all experts included
     total_params: float  # whole model, unsharded
+    kernels_per_forward: float = 0.0  # kernels one decode forward launches (presets/kernels.yaml)
+    small_kernels_per_forward: float = 0.0  # of which move almost no bytes (norms, rotary, quant, top-k...)
 
     @property
     def all_reduces_per_forward(self) -> int:
@@ -78,6 +80,32 @@ def _attention(att: MlaAttention | GqaAttention, h: int, tp: int) -> tuple[float
     kv = 2 * kv_heads_local * att.head_dim * ACTIVATION_BYTES
     flops = 2 * 2 * (att.num_heads / tp) * att.head_dim
     return 0.0, sharded, kv, flops
+
+
+def _fp8(fmt: str) -> bool:
+    return fmt in ("fp8", "fp8-block128")
+
+
+def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int) -> tuple[int, int]:
+    """(kernels, small kernels) of one decode forward of `model`'s stack, from presets/kernels.yaml."""
+    kc = kernel_counts()
+    w = model.weights
+    moe_layers = num_layers - num_dense_layers
+    att = "mla_attention" if isinstance(model.attention, MlaAttention) else "gqa_attention"
+    parts: list[tuple[str, int, str | None]] = [("norms", num_layers, None), (att, num_layers, w.attention),
+                                                ("dense_mlp", num_dense_layers, w.dense_mlp),
+                                                ("moe", moe_layers, w.routed_experts)]
+    if model.architecture in kc.qk_norm_architectures:
+        parts.append(("qk_norm", num_layers, None))
+    if model.num_shared_experts:
+        parts.append(("shared_experts", moe_layers, w.shared_experts))
+    kernels, small = kc.per_forward.kernels, kc.per_forward.small
+    for part, layers, fmt in parts:
+        count = kc.per_layer[part]
+        quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
+        kernels += (count.kernels + quant) * layers
+        small += (count.small + quant) * layers
+    return kernels, small
 
 
 def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
@@ -118,13 +146,14 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None) -> Sta
              + (model.num_routed_experts + model.num_shared_experts) * 3 * h * model.moe_intermediate_size
              * moe_layers
              + model.vocab_size * h * (1 if model.tie_word_embeddings else 2))
+    kernels, small = _kernel_count(model, L, model.num_dense_layers)
     return Stack(
         name=name or model.display_name, tp=tp, num_layers=L, hidden_size=h, logits_vocab=model.vocab_size,
         groups=tuple(groups), num_moe_layers=moe_layers, num_experts=model.num_routed_experts,
         experts_per_token=model.experts_per_token, expert_bytes_per_gpu=expert_params * eb,
         expert_flops_per_token=2 * expert_params * model.experts_per_token * moe_layers, expert_compute=ec,
         kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
-        total_params=total,
+        total_params=total, kernels_per_forward=kernels, small_kernels_per_forward=small,
     )
 
 
@@ -155,11 +184,18 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
     if not eagle3:  # EAGLE-1/2 heads share the target's LM head (eagle_worker set_embed_and_head)
         stored -= head * b
     total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
+    # one Llama decoder layer (llama_eagle*.py), the head, and the fc GEMM
+    kc = kernel_counts()
+    parts = [kc.per_layer["norms"], kc.per_layer["gqa_attention"], kc.per_layer["dense_mlp"], kc.per_forward]
+    quant = (kc.fp8_quant_per_linear["gqa_attention"] + kc.fp8_quant_per_linear["dense_mlp"]) if _fp8(d.weights) else 0
+    kernels = sum(p.kernels for p in parts) + 1 + quant
+    small = sum(p.small for p in parts) + quant
     return Stack(
         name=d.display_name, tp=tp, num_layers=1, hidden_size=h, logits_vocab=d.draft_vocab_size,
         groups=groups, num_moe_layers=0, num_experts=0, experts_per_token=0, expert_bytes_per_gpu=0.0,
         expert_flops_per_token=0.0, expert_compute=c, kv_bytes_per_token_per_gpu=kv,
         attn_flops_per_pair=aflops, weight_bytes_per_gpu=stored, total_params=total,
+        kernels_per_forward=kernels, small_kernels_per_forward=small,
     )
 
 
@@ -182,6 +218,8 @@ def mtp_stack(model: ModelPreset, tp: int) -> Stack:
         expert_flops_per_token=base.expert_flops_per_token, expert_compute=base.expert_compute,
         kv_bytes_per_token_per_gpu=base.kv_bytes_per_token_per_gpu, attn_flops_per_pair=base.attn_flops_per_pair,
         weight_bytes_per_gpu=stored, total_params=base.total_params - model.vocab_size * model.hidden_size + eh,
+        # + eh_proj's GEMM and the enorm / hnorm of the embedding and the hidden state (deepseek_nextn.py)
+        kernels_per_forward=base.kernels_per_forward + 3, small_kernels_per_forward=base.small_kernels_per_forward + 2,
     )
 
 
