@@ -446,16 +446,24 @@ def test_version_0523_inserts_one_step_late():
 
 
 def test_0523_match_state_grows_one_depth_per_token():
-    # 0.5.23 Trie::match advances each request's cached anchors: a depth it did not find last step can only
-    # be found one token deeper than what it found. Here a long phrase seen before is re-entered: 0.5.10 finds
-    # the deepest suffix at once, 0.5.23 only as the request's own tokens extend its anchors.
-    rng = random.Random(3)
-    phrase = rng.sample(range(100, 900), 30)
-    history = Sequence(phrase)
-    probe = Sequence(phrase[5:], prompt_ids=[1, 2] + phrase[:5])
-    r10 = replay([history, probe], NgramConfig())
-    r23 = replay([history, probe], NgramConfig(sglang_version="0.5.23"))
-    assert r10.requests[1].accept_length >= r23.requests[1].accept_length
+    # 0.5.23 Trie::match advances each request's cached anchors by the tokens appended since its last match: a
+    # depth it did not find then can only come back one token deeper. A request matched "7 8" on an empty trie
+    # (nothing found); another request then inserts "7 8 9 5"; the first, now at "7 8 9", finds only the depth-1
+    # anchor "9" (its depth-1 and depth-2 anchors were empty), where 0.5.10 re-walks every depth and finds all three.
+    from types import SimpleNamespace
+
+    from simspec.ngram.literal import LiteralTrie
+
+    depths = {}
+    for version in ("0.5.10", "0.5.23"):
+        trie = LiteralTrie(NgramConfig(max_trie_depth=4, sglang_version=version))
+        me, other = SimpleNamespace(), SimpleNamespace()
+        trie.begin(me)
+        trie.begin(other)
+        assert trie.anchors(me, [7, 8, 9], 2) == []
+        trie.insert(other, [7, 8, 9, 5], 4)
+        depths[version] = [d for _, d in trie.anchors(me, [7, 8, 9], 3)]
+    assert depths == {"0.5.10": [3, 2, 1], "0.5.23": [1]}
 
 
 def test_058_matches_windows_and_always_uses_bfs():
@@ -590,9 +598,24 @@ def test_engines_agree_on_a_larger_corpus():
         seqs.append(Sequence(out[:500], prompt_ids=[rng.randrange(60) for _ in range(20)]))
     for concurrency in (1, 3):
         for capacity in (10**6, 2000):  # 2,000 nodes: eviction all the time
-            for match_type in ("BFS", "PROB"):
-                cfg = NgramConfig(capacity=capacity, match_type=match_type)
+            for match_type, version in (("BFS", "0.5.10"), ("PROB", "0.5.10"), ("BFS", "0.5.23")):
+                cfg = NgramConfig(capacity=capacity, match_type=match_type, sglang_version=version)
                 assert hist_of(seqs, cfg, concurrency, "literal") == hist_of(seqs, cfg, concurrency, "compiled")
+
+
+def test_compiled_engine_edges_agree_with_the_literal_one():
+    # PROB's heap outgrowing its first allocation (one node with 29 children, each seen 20 times), token ids at
+    # the int32 limit SGLang hands the trie (the compiled engine packs (parent, token) into one key), and a
+    # concurrency far above the number of requests
+    from simspec.ngram.config import MAX_TOKEN_ID
+
+    wide = [Sequence([0] * 20 + [t]) for t in range(1, 30)] + [Sequence([0] * 40 + [5])]
+    top = [Sequence([MAX_TOKEN_ID, MAX_TOKEN_ID - 1, 0, MAX_TOKEN_ID] * 12)]
+    for seqs, cfg, conc in ((wide, NgramConfig(match_type="PROB"), 1),
+                            (wide, NgramConfig(match_type="PROB", num_draft_tokens=64), 1),
+                            (top, NgramConfig(), 1), (top * 3, NgramConfig(), 10**12)):
+        assert hist_of(seqs, cfg, conc, "literal") == hist_of(seqs, cfg, conc, "compiled")
+    assert replay(top, NgramConfig()).accepted_drafts > 0
 
 
 @settings(max_examples=60, derandomize=True, deadline=None)

@@ -634,6 +634,11 @@ def replay_arrays(sequences, config, concurrency):
     d = config.max_trie_depth
     # live nodes are distinct n-grams of at most max_trie_depth tokens of the text: at most len(text) * D
     max_nodes = int(min(config.capacity, int(starts[-1]) * d + 1)) + 1
+    if max_nodes >= 2**31:  # node ids are int32, and PROB's sort key holds a touch count below 2**31
+        from simspec.errors import InputError
+
+        raise InputError(f"the trie could reach {max_nodes:,} nodes: the compiled engine holds fewer than 2**31; "
+                         f"lower capacity or replay a smaller corpus (or engine literal)", key="capacity")
     # rows aligned to 64 bytes (numpy aligns less); untouched pages of a large buffer cost no memory
     buf = np.empty(max_nodes * 8 + 8, np.int64)
     skip = (-buf.ctypes.data % 64) // 8

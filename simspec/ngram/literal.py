@@ -3,8 +3,8 @@
 This is the obvious transcription of Trie::insert / Trie::squeeze / Trie::match (0.5.10 and 0.5.23
 kernels/jit/csrc/ngram_corpus/trie.cpp; 0.5.8 srt/speculative/cpp_ngram/ngram.cpp), written independently
 in Python. Every insertion walks every path of its window (max_trie_depth * (max_trie_depth + 1) / 2 node
-touches per request and step), which is what SGLang does and why this engine is slow; simspec.ngram.fast
-gives the same answers for the default (BFS) case much faster.
+touches per request and step), which is what SGLang does and why this engine is slow; simspec.ngram.compiled
+does the same in compiled code, and the tests hold the two to each other.
 
 State, as in trie.h:
 - each node's children in a dict ordered by recency (the `lru` list): a touched or new child moves to the

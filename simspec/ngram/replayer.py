@@ -139,13 +139,15 @@ def resolve_engine(engine: str = "auto") -> str:
     compiled where numba imports, else literal. Both cover every version, match type and capacity."""
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}", key="engine")
+    if engine == "literal":
+        return engine
     from simspec.ngram import compiled
 
-    if engine == "compiled" and not compiled.AVAILABLE:
+    if compiled.AVAILABLE:
+        return "compiled"
+    if engine == "compiled":
         raise InputError("the compiled engine needs numba (pip install numba)", key="engine")
-    if engine == "auto":
-        return "compiled" if compiled.AVAILABLE else "literal"
-    return engine
+    return "literal"
 
 
 def _token_list(ids: Any, where: str) -> list[int]:
@@ -197,7 +199,9 @@ def replay(sequences: Iterable[Sequence], config: NgramConfig, concurrency: int 
 def _run_compiled(seqs: list[Sequence], config: NgramConfig, concurrency: int) -> ReplayResult:
     from simspec.ngram.compiled import replay_arrays
 
-    hist, steps, accepted, hists, batch_steps, _nodes = replay_arrays(seqs, config, concurrency)
+    # more slots than requests change nothing, and the compiled loop allocates one per slot
+    slots = min(concurrency, max(1, len(seqs)))
+    hist, steps, accepted, hists, batch_steps, _nodes = replay_arrays(seqs, config, slots)
     requests = [RequestResult(name=s.name if s.name is not None else str(i), prompt_tokens=len(s.prompt_ids),
                               output_tokens=len(s.output_ids), verify_steps=int(steps[i]),
                               accepted_drafts=int(accepted[i]), histogram=hists[i].tolist())
