@@ -280,6 +280,14 @@ def test_profile_with_unknown_coefficient(tmp_path, scenario):
                       "allowed", "compute_efficiency")
 
 
+def test_profile_with_the_retired_per_layer_coefficient_names_its_replacement(tmp_path, scenario):
+    _write(tmp_path, {"name": "p", "coefficients": {"layer_overhead_graph_us": {"value": 8.0, "source": "x"}}},
+           "profile.yaml")
+    scenario["calibration"] = "profile.yaml"
+    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml", "coefficients.layer_overhead_graph_us",
+                      "kernel_gap_graph_us", "small_kernel_us")
+
+
 @pytest.mark.parametrize("profile, key", [
     ({"name": "p", "all_reduce": {"measured_gpus": 8, "points_bytes_us": [[256, float("nan")]], "source": "x"}},
      "all_reduce"),

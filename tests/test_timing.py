@@ -70,6 +70,24 @@ def test_kernel_counts_follow_the_model_parts():
     assert stack.kernels_per_forward == 3 * per_dense + 58 * per_moe + 3
 
 
+def test_draft_heads_count_their_own_kernels():
+    """EAGLE-3 decode (llama_eagle3.py): 2 norms + hidden_norm, cat, attention 5, MLP 3, final norm, embedding,
+    LM head = 15, 9 small. EAGLE-1/2 (llama_eagle.py): fc GEMM, cat, residual add, no layer-0 input norm, no
+    final norm = 14, 7 small. MTP: one target layer and its forward + eh_proj, enorm, hnorm, cat."""
+    from simspec.timing.stack import mtp_stack
+
+    d = presets.drafters()
+    e3 = eagle_stack(next(x for x in d.values() if x.algorithm == "eagle3" and x.weights == "bf16"), 1)
+    e2 = eagle_stack(next(x for x in d.values() if x.algorithm == "eagle" and x.weights == "bf16"), 1)
+    assert (e3.kernels_per_forward, e3.small_kernels_per_forward) == (15, 9)
+    assert (e2.kernels_per_forward, e2.small_kernels_per_forward) == (14, 7)
+    ds = presets.models()["deepseek-v3"]
+    one_layer = target_stack(ds.model_copy(update={"num_layers": 1, "num_dense_layers": 0}), 8)
+    mtp = mtp_stack(ds, 8)
+    assert mtp.kernels_per_forward - one_layer.kernels_per_forward == 4
+    assert mtp.small_kernels_per_forward - one_layer.small_kernels_per_forward == 3
+
+
 def test_kernel_boundaries_and_small_kernels_cost_time_in_graphs_and_per_layer_dispatch_without():
     m = presets.models()["llama-3.1-8b"]
     gpu = presets.gpus()["h100-sxm"]
@@ -188,8 +206,24 @@ def test_ngram_has_no_draft_forward_and_pays_cpu(small):
     assert cost.draft_compute_ms == 0.0 and cost.draft_comm_ms == 0.0
     c = rs.coefficient
     expected_cpu = c("scheduler_cpu_ms") + 4 * c("scheduler_cpu_per_request_ms") + c("spec_cpu_ms") + \
-        4 * c("ngram_cpu_per_request_us") / 1e3
+        4 * c("ngram_cpu_per_request_us") / 1e3 + 4 * 8 * c("spec_cpu_per_verified_token_us") / 1e3
     assert cost.cpu_ms == pytest.approx(expected_cpu)  # 0.5.10: n-gram cannot overlap
+
+
+def test_v1_speculative_host_work_grows_with_requests_and_verified_tokens(small):
+    """spec_cpu_per_verified_token_us x batch x num_draft_tokens, exposed in v1 (no overlap), on top of the
+    per-iteration and per-request CPU."""
+    rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=4, topk=4,
+                   num_draft_tokens=16)
+    assert not rs.overlap
+    per_token_ms = rs.coefficient("spec_cpu_per_verified_token_us") / 1e3
+    assert per_token_ms > 0
+    m = IterationModel(rs)
+    one, eight = m.decode(1, 500).cpu_ms, m.decode(8, 8 * 500).cpu_ms
+    assert eight - one == pytest.approx(7 * (rs.coefficient("scheduler_cpu_per_request_ms") + 16 * per_token_ms))
+    chain = IterationModel(_resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3,
+                                     topk=1, num_draft_tokens=4)).decode(8, 8 * 500).cpu_ms
+    assert eight - chain == pytest.approx(8 * 12 * per_token_ms)
 
 
 def test_overlap_hides_cpu_behind_the_gpu(small):

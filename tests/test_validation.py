@@ -124,3 +124,16 @@ def test_record_on_a_flat_folder_keeps_the_record_out_of_the_cases(tmp_path):
     assert CliRunner().invoke(main, ["validate", str(flat), "--check"]).exit_code == 0
     res = CliRunner().invoke(main, ["validate", str(flat / "a.yaml"), "--record"])
     assert res.exit_code == 2 and "--record" in res.output
+
+
+def test_speculative_host_work_default_is_the_fit_to_its_named_cases():
+    """spec_cpu_per_verified_token_us in defaults.yaml is the output of calibration/fit_spec_overhead.py, and the
+    cases it was fitted to say so."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_spec_overhead.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for c in (1, 2, 4, 8):
+        assert load_case(VALIDATION / "cases" / f"gpustack-qwen3-8b-fp8-h100-eagle3-c{c}.yaml").fitted

@@ -189,6 +189,7 @@ class KernelCounts(BaseModel):
     fp8_quant_per_linear: dict[Literal["gqa_attention", "mla_attention", "dense_mlp", "moe", "shared_experts"],
                                int]
     per_forward: KernelCount
+    heads: dict[Literal["eagle", "eagle3", "mtp"], KernelCount]
     qk_norm_architectures: list[str]
 
 

@@ -231,7 +231,9 @@ def _coefficients(profile: Profile | None, profile_path: str | None, file: str) 
     if profile is not None:
         for name, coef in profile.coefficients.items():
             if name not in defaults:
-                raise InputError(f"unknown coefficient; allowed: {', '.join(defaults)}", file=profile_path,
+                hint = (" (layer_overhead_graph_us was replaced by kernel_gap_graph_us and small_kernel_us, "
+                        "charged per kernel: see presets/kernels.yaml)" if name == "layer_overhead_graph_us" else "")
+                raise InputError(f"unknown coefficient{hint}; allowed: {', '.join(defaults)}", file=profile_path,
                                  key=f"coefficients.{name}")
             out[name] = Coefficient(coef.value, f"profile {profile.name}: {coef.source}")
     for name in ("memory_bandwidth_efficiency", "compute_efficiency", "moe_routing_locality"):

@@ -184,11 +184,12 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
     if not eagle3:  # EAGLE-1/2 heads share the target's LM head (eagle_worker set_embed_and_head)
         stored -= head * b
     total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
-    # one Llama decoder layer (llama_eagle*.py), the head, and the fc GEMM
+    # one Llama decoder layer, the head, and what llama_eagle.py / llama_eagle3.py add (kernels.yaml heads)
     kc = kernel_counts()
-    parts = [kc.per_layer["norms"], kc.per_layer["gqa_attention"], kc.per_layer["dense_mlp"], kc.per_forward]
+    parts = [kc.per_layer["norms"], kc.per_layer["gqa_attention"], kc.per_layer["dense_mlp"], kc.per_forward,
+             kc.heads[d.algorithm]]
     quant = (kc.fp8_quant_per_linear["gqa_attention"] + kc.fp8_quant_per_linear["dense_mlp"]) if _fp8(d.weights) else 0
-    kernels = sum(p.kernels for p in parts) + 1 + quant
+    kernels = sum(p.kernels for p in parts) + quant
     small = sum(p.small for p in parts) + quant
     return Stack(
         name=d.display_name, tp=tp, num_layers=1, hidden_size=h, logits_vocab=d.draft_vocab_size,
@@ -218,8 +219,9 @@ def mtp_stack(model: ModelPreset, tp: int) -> Stack:
         expert_flops_per_token=base.expert_flops_per_token, expert_compute=base.expert_compute,
         kv_bytes_per_token_per_gpu=base.kv_bytes_per_token_per_gpu, attn_flops_per_pair=base.attn_flops_per_pair,
         weight_bytes_per_gpu=stored, total_params=base.total_params - model.vocab_size * model.hidden_size + eh,
-        # + eh_proj's GEMM and the enorm / hnorm of the embedding and the hidden state (deepseek_nextn.py)
-        kernels_per_forward=base.kernels_per_forward + 3, small_kernels_per_forward=base.small_kernels_per_forward + 2,
+        # + eh_proj's GEMM, the enorm / hnorm of the embedding and the hidden state, their concat (kernels.yaml)
+        kernels_per_forward=base.kernels_per_forward + kernel_counts().heads["mtp"].kernels,
+        small_kernels_per_forward=base.small_kernels_per_forward + kernel_counts().heads["mtp"].small,
     )
 
 
