@@ -39,6 +39,12 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
         out["draft_forward_ms"] = f"{d.value:g} (profile {rs.profile.name}: {d.source})"
     out["gpu"] = rs.gpu.source
     out["model"] = rs.model.source
+    from simspec.timing.stack import target_stack
+
+    stack = target_stack(rs.model, rs.scenario.server.tp)
+    out["kernel_counts"] = (f"{stack.kernels_per_forward:g} kernels per target decode forward, "
+                            f"{stack.small_kernels_per_forward:g} of them small (presets/kernels.yaml: read from "
+                            f"SGLang 0.5.10's model code)")
     if rs.drafter is not None:
         out["drafter"] = rs.drafter.source
     acc = rs.scenario.acceptance

@@ -35,7 +35,8 @@ def test_predict_table_explains_the_result():
     res = CliRunner().invoke(main, ["predict", str(SCENARIOS / "eagle3_k2_drafter.yaml"), "--sources"])
     assert res.exit_code == 0, res.output
     for text in ("per-request decode tok/s", "verify communication", "break-even accept length", "SLOWER",
-                 "roofline", "TTFT p99", "all_reduce", "fitted by calibration/fit_m1.py"):
+                 "roofline", "TTFT p99", "all_reduce", "fitted by calibration/fit_m1.py", "kernel_counts",
+                 "fit_spec_overhead.py"):
         assert text in res.output, text
 
 
