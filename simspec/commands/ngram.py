@@ -129,7 +129,7 @@ def ngram(corpus: str, tokenizer: str | None, concurrency: str, num_draft_tokens
         from simspec.ngram import load_corpus
 
         sequences, tokenization = load_corpus(corpus, tokenizer)
-        results = [_replay(sequences, cfg, conc, engine) for cfg, conc, _ in runs]
+        results = _replay_all(sequences, runs, engine)
         swept = [sw for _, _, sw in runs]
     except InputError as err:
         fail(err)
@@ -171,6 +171,21 @@ def _plan(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[tuple[Any, i
             raise InputError(err.message, key=where) from None
         runs.append((cfg, conc, swept))
     return runs
+
+
+def _replay_all(sequences: list, runs: list[tuple[Any, int, dict[str, Any]]], engine: str) -> list[Any]:
+    """Every planned replay, with a status line on a terminal's stderr (nothing is written elsewhere): the first
+    replay after installing compiles the numba engine, which takes a while with no output of its own."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    results = []
+    with err.status("replaying (the first replay after installing also compiles the engine, ~20 s)") as status:
+        for i, (cfg, conc, _) in enumerate(runs):
+            if len(runs) > 1:
+                status.update(f"replaying configuration {i + 1} of {len(runs)}")
+            results.append(_replay(sequences, cfg, conc, engine))
+    return results
 
 
 def _replay(sequences: list, cfg: Any, conc: int, engine: str) -> Any:
