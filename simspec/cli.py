@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -32,6 +33,22 @@ def main() -> None:
     """Predict what speculative decoding does on an LLM serving box, and why."""
 
 
+def _replay_status(scenario_file: str, overrides: tuple[str, ...]) -> Any:
+    """A status line on a terminal's stderr while a scenario whose acceptance replays the n-gram drafter loads:
+    the first replay after installing compiles the numba engine (~20 s) and prints nothing of its own."""
+    import contextlib
+
+    try:
+        replays = "ngram_replay" in Path(scenario_file).read_text(errors="replace") or \
+            any("ngram_replay" in o for o in overrides)
+    except OSError:  # the loader reports the file
+        replays = False
+    if not replays:
+        return contextlib.nullcontext()
+    return Console(stderr=True).status("replaying the n-gram drafter over the corpus (the first replay after "
+                                       "installing also compiles the engine, ~20 s)")
+
+
 @main.command()
 @click.argument("scenario_file", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
@@ -50,8 +67,9 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
     from simspec.scenario.loader import load_scenario
 
     try:
-        rs = load_scenario(scenario_file, list(overrides))
-        result, sim = predict_with_run(rs)
+        with _replay_status(scenario_file, overrides):
+            rs = load_scenario(scenario_file, list(overrides))
+            result, sim = predict_with_run(rs)
     except InputError as err:
         fail(err)
         return
