@@ -81,10 +81,8 @@ def build_bfs(anchors: Iterable[tuple[Any, int]], recent_children: Callable[[Any
 # comp(a, b) = a.prob < b.prob, top() is the front. Entries here are (prob, parent, node).
 
 
-def _heap_push(h: list, value: tuple) -> None:
-    """push_back + std::push_heap -> __push_heap(first, len - 1, 0, value)."""
-    h.append(value)
-    hole = len(h) - 1
+def _sift_up(h: list, hole: int, value: tuple) -> None:
+    """__push_heap(first, hole, 0, value): move `value` up from `hole` to where its key belongs."""
     vp = value[0]
     while hole > 0:
         parent = (hole - 1) // 2
@@ -93,6 +91,12 @@ def _heap_push(h: list, value: tuple) -> None:
         h[hole] = h[parent]
         hole = parent
     h[hole] = value
+
+
+def _heap_push(h: list, value: tuple) -> None:
+    """push_back + std::push_heap -> __push_heap(first, len - 1, 0, value)."""
+    h.append(value)
+    _sift_up(h, len(h) - 1, value)
 
 
 def _heap_pop(h: list) -> tuple:
@@ -115,14 +119,7 @@ def _heap_pop(h: list) -> tuple:
             second = 2 * (second + 1)
             h[hole] = h[second - 1]
             hole = second - 1
-        vp = value[0]
-        while hole > 0:
-            parent = (hole - 1) // 2
-            if not h[parent][0] < vp:
-                break
-            h[hole] = h[parent]
-            hole = parent
-        h[hole] = value
+        _sift_up(h, hole, value)
     h.pop()
     return top
 
