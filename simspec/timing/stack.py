@@ -86,6 +86,19 @@ def _fp8(fmt: str) -> bool:
     return fmt in ("fp8", "fp8-block128")
 
 
+def _count_parts(parts: list[tuple[str, int, str | None]]) -> tuple[int, int]:
+    """(kernels, small kernels) of `parts`, each (model part in kernels.yaml per_layer, layers, weight format or
+    None): one activation-quantisation kernel more per linear of FP8 weights (fp8_quant_per_linear)."""
+    kc = kernel_counts()
+    kernels = small = 0
+    for part, layers, fmt in parts:
+        count = kc.per_layer[part]  # type: ignore[index]
+        quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
+        kernels += (count.kernels + quant) * layers
+        small += (count.small + quant) * layers
+    return kernels, small
+
+
 def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int) -> tuple[int, int]:
     """(kernels, small kernels) of one decode forward of `model`'s stack, from presets/kernels.yaml."""
     kc = kernel_counts()
@@ -99,13 +112,8 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int) ->
         parts.append(("qk_norm", num_layers, None))
     if model.num_shared_experts:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
-    kernels, small = kc.per_forward.kernels, kc.per_forward.small
-    for part, layers, fmt in parts:
-        count = kc.per_layer[part]
-        quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
-        kernels += (count.kernels + quant) * layers
-        small += (count.small + quant) * layers
-    return kernels, small
+    kernels, small = _count_parts(parts)
+    return kernels + kc.per_forward.kernels, small + kc.per_forward.small
 
 
 def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
@@ -186,11 +194,10 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
     total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
     # one Llama decoder layer, the head, and what llama_eagle.py / llama_eagle3.py add (kernels.yaml heads)
     kc = kernel_counts()
-    parts = [kc.per_layer["norms"], kc.per_layer["gqa_attention"], kc.per_layer["dense_mlp"], kc.per_forward,
-             kc.heads[d.algorithm]]
-    quant = (kc.fp8_quant_per_linear["gqa_attention"] + kc.fp8_quant_per_linear["dense_mlp"]) if _fp8(d.weights) else 0
-    kernels = sum(p.kernels for p in parts) + quant
-    small = sum(p.small for p in parts) + quant
+    kernels, small = _count_parts([("norms", 1, None), ("gqa_attention", 1, d.weights), ("dense_mlp", 1, d.weights)])
+    for extra in (kc.per_forward, kc.heads[d.algorithm]):
+        kernels += extra.kernels
+        small += extra.small
     return Stack(
         name=d.display_name, tp=tp, num_layers=1, hidden_size=h, logits_vocab=d.draft_vocab_size,
         groups=groups, num_moe_layers=0, num_experts=0, experts_per_token=0, expert_bytes_per_gpu=0.0,
@@ -212,6 +219,7 @@ def mtp_stack(model: ModelPreset, tp: int) -> Stack:
     # embedding and LM head are shared with the target: not stored again
     shared_head = model.vocab_size * model.hidden_size / tp * _fmt(model.weights.lm_head)[0]
     stored = base.weight_bytes_per_gpu - shared_head + eh * b
+    head = kernel_counts().heads["mtp"]
     return Stack(
         name=base.name, tp=tp, num_layers=1, hidden_size=model.hidden_size, logits_vocab=model.vocab_size,
         groups=groups, num_moe_layers=base.num_moe_layers, num_experts=base.num_experts,
@@ -220,8 +228,8 @@ def mtp_stack(model: ModelPreset, tp: int) -> Stack:
         kv_bytes_per_token_per_gpu=base.kv_bytes_per_token_per_gpu, attn_flops_per_pair=base.attn_flops_per_pair,
         weight_bytes_per_gpu=stored, total_params=base.total_params - model.vocab_size * model.hidden_size + eh,
         # + eh_proj's GEMM, the enorm / hnorm of the embedding and the hidden state, their concat (kernels.yaml)
-        kernels_per_forward=base.kernels_per_forward + kernel_counts().heads["mtp"].kernels,
-        small_kernels_per_forward=base.small_kernels_per_forward + kernel_counts().heads["mtp"].small,
+        kernels_per_forward=base.kernels_per_forward + head.kernels,
+        small_kernels_per_forward=base.small_kernels_per_forward + head.small,
     )
 
 
