@@ -1,7 +1,8 @@
 """The analytic fast path: closed-form steady state of a closed-loop workload, for sweeps of many points.
 
 It asks the same time model (IterationModel) as the engine and replaces only the event loop:
-  - C = min(concurrency, max_running_requests, requests the KV cache holds at once) requests decode together;
+  - C = min(concurrency, max_running_requests) requests decode together, all of them held in the KV cache
+    whole (where they would not fit, SGLang's admission estimate and retractions set the batch: the engine's job);
   - a request needs E[N] verify steps for its output - 1 decode tokens, where each step emits X = 1 + accepted
     drafts tokens (X from the acceptance distribution, the last step cut at the output length): E[N] is the
     renewal count, computed exactly by a recursion for outputs up to RENEWAL_EXACT tokens and extended
@@ -68,8 +69,14 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
     if per_request_kv > rs.kv_capacity_tokens:
         raise InputError(f"a request needs {per_request_kv} KV tokens but the cache holds {rs.kv_capacity_tokens}",
                          file=rs.path, key="workload")
-    slots = min(w.arrival.concurrency, rs.max_running_requests, rs.kv_capacity_tokens // per_request_kv,
-                w.num_requests)
+    slots = min(w.arrival.concurrency, rs.max_running_requests, w.num_requests)
+    if slots * per_request_kv > rs.kv_capacity_tokens:
+        # SGLang admits against an estimate of the outputs still to come and retracts when it was wrong
+        # (engine/admission.py): which batch that settles at is the engine's to find, not a closed form's
+        raise InputError(f"the KV cache binds: {slots} requests of {per_request_kv} tokens need"
+                         f" {slots * per_request_kv} but it holds {rs.kv_capacity_tokens}; SGLang's admission"
+                         " estimate and retractions then set the batch, which the fast path does not model: run"
+                         " the engine (without --fast)", file=rs.path, key="workload.arrival.concurrency")
     return prompt, output, max(slots, 1)
 
 

@@ -10,6 +10,7 @@ import simpy
 
 from simspec.acceptance.models import AcceptanceDistribution, AcceptanceSampler, acceptance_distribution
 from simspec.engine import ServingEngine
+from simspec.engine.admission import decode_tokens_per_request, retraction_headroom
 from simspec.errors import InputError
 from simspec.scenario.loader import ResolvedScenario, resolve
 from simspec.scenario.schema import Speculative
@@ -57,6 +58,10 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         env, model or IterationModel(rs), specs, sampler, max_running=rs.max_running_requests,
         kv_capacity_tokens=rs.kv_capacity_tokens, chunked_prefill_tokens=rs.chunked_prefill_size,
         concurrency=arrival.concurrency if arrival.type == "closed" else None,
+        schedule_conservativeness=sc.server.schedule_conservativeness,
+        decode_tokens_per_request=decode_tokens_per_request(rs.algorithm, rs.num_steps, rs.topk, rs.num_draft_tokens),
+        retraction_headroom=retraction_headroom(rs.algorithm, rs.num_steps, rs.topk, rs.num_draft_tokens),
+        retract_latest_first=rs.speculative,
     )
     env.run(until=engine.done)
     gaps, weights = engine.rec.inter_token_latencies_ms()

@@ -48,7 +48,9 @@ def summarize(res: SimulationResult) -> dict:
     roof_rate = decode_tokens[ok] / roof_time[ok] * 1e3
     dec = it[it.kind == "decode"]
     steps = req.verify_steps.sum()
-    accept_length = float(decode_tokens.sum() / steps) if steps else 1.0
+    # a retracted request's second prefill streams a token no verify step produced
+    verified = decode_tokens - req.retractions
+    accept_length = float(verified.sum() / steps) if steps else 1.0
     breakdown = {k: float(dec[f"{k}_ms"].mean()) if len(dec) else 0.0 for k in BREAKDOWN_KEYS}
     first_arrival = float(req.arrival_ms.min())
     return {
@@ -65,6 +67,7 @@ def summarize(res: SimulationResult) -> dict:
         "requests": int(len(req)),
         "output_tokens": int(req.output_tokens.sum()),
         "decode_iterations": int(len(dec)),
+        "retractions": int(req.retractions.sum()),
         "simulated_ms": float(res.makespan_ms),
     }
 

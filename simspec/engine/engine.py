@@ -1,10 +1,14 @@
 """One SimPy process per serving engine, as SGLang's scheduler loop runs it.
 
-Each turn: admit waiting requests (up to max_running_requests and the KV-cache budget) and prefill them, or
-run one decode iteration over the running batch (draft -> verify -> accept for speculative algorithms). The
-duration of every iteration comes from IterationModel; acceptance is sampled for the whole batch at once.
-Prefill has priority over decode, as in SGLang's default scheduling (speculation disables mixed chunked
-prefill, so prefill and decode never share an iteration).
+Each turn: admit waiting requests (up to max_running_requests and the KV cache's estimated room) and prefill
+them, or run one decode iteration over the running batch (draft -> verify -> accept for speculative
+algorithms). The duration of every iteration comes from IterationModel; acceptance is sampled for the whole
+batch at once. Prefill has priority over decode, as in SGLang's default scheduling (speculation disables mixed
+chunked prefill, so prefill and decode never share an iteration).
+
+KV admission follows SGLang (engine/admission.py): a request is admitted against an estimate of what the
+running ones will still generate, not their whole max_new_tokens, and a decode step that finds no room retracts
+requests back to the waiting queue; they are prefilled again (prompt and generated tokens) when room returns.
 
 The running batch is kept as parallel arrays (ids, tokens still to generate, decode iterations seen at
 admission) so that one iteration costs a handful of vector operations whatever the batch size.
@@ -18,6 +22,7 @@ import numpy as np
 import simpy
 
 from simspec.acceptance.models import AcceptanceSampler
+from simspec.engine.admission import NewTokenRatio, output_estimate
 from simspec.engine.recorder import Recorder
 from simspec.timing.iteration import IterationModel
 from simspec.workload import RequestSpecs
@@ -26,7 +31,9 @@ from simspec.workload import RequestSpecs
 class ServingEngine:
     def __init__(self, env: simpy.Environment, model: IterationModel, specs: RequestSpecs,
                  sampler: AcceptanceSampler | None, *, max_running: int, kv_capacity_tokens: int,
-                 chunked_prefill_tokens: int, concurrency: int | None):
+                 chunked_prefill_tokens: int, concurrency: int | None, schedule_conservativeness: float = 1.0,
+                 decode_tokens_per_request: int = 1, retraction_headroom: int = 20,
+                 retract_latest_first: bool = False):
         self.env = env
         self.model = model
         self.sampler = sampler
@@ -39,13 +46,22 @@ class ServingEngine:
         self.rec = Recorder(n)
         self.rec.input_tokens[:] = specs.input_tokens
         self.waiting: deque[int] = deque()
+        self.left = specs.output_tokens.astype(np.int64)  # tokens each request has still to generate
+        self.last_emit_ms = np.zeros(n)  # when a retracted request last streamed a token
+        self.prefill_end_ms = np.zeros(n)  # when each request's latest prefill ended
+        self.ratio = NewTokenRatio.for_server(schedule_conservativeness)
+        self.decode_tokens = decode_tokens_per_request
+        self.retraction_headroom = retraction_headroom
+        # SGLang retracts the request with the fewest generated tokens (the longest prompt among ties); with
+        # speculation its batch can only drop requests from the back, so the latest admitted goes first
+        self.retract_latest_first = retract_latest_first
+        self.batch_full = False  # a prefill found no room: none is tried again until the batch shrinks
         # the running batch, as parallel arrays
         self.run_ids = np.zeros(0, dtype=np.int64)
         self.run_remaining = np.zeros(0, dtype=np.int64)  # tokens still to generate
         self.run_joined = np.zeros(0, dtype=np.int64)  # decode iterations done when the request joined
         self.context_sum = 0  # KV tokens of the running batch (prompts + generated)
         self.decode_iterations = 0
-        self.kv_reserved = 0
         self.roofline_ms = 0.0  # running sum of every iteration's roofline time
         self.last_decode_end = 0.0
         self.fresh: list[tuple[float, int]] = []  # (first-token time, count) of requests not yet decoded
@@ -80,26 +96,43 @@ class ServingEngine:
 
     # ------------------------------------------------------------------------------------- scheduling
     def _admit(self) -> list[int]:
+        """PrefillAdder.add_one_req over the waiting queue, first come first served."""
         admitted: list[int] = []
+        if self.batch_full:
+            return admitted
+        # room = free KV - the running requests' estimated remaining output (schedule_policy.PrefillAdder)
+        room = (self.kv_capacity - self.context_sum
+                - self.ratio.value * float(output_estimate(self.run_remaining).sum()))
         prompt_tokens = 0
-        while self.waiting and len(self.run_ids) + len(admitted) < self.max_running:
-            rid = self.waiting[0]
-            need = int(self.inputs[rid] + self.outputs[rid])  # reserve the whole request: no preemption
-            if self.kv_reserved + need > self.kv_capacity:
+        while self.waiting:
+            if len(self.run_ids) + len(admitted) >= self.max_running:
+                self.batch_full = True
                 break
-            if admitted and prompt_tokens + self.inputs[rid] > self.chunk:
+            rid = self.waiting[0]
+            extend = self._extend_tokens(rid)
+            need = extend + int(output_estimate(self.left[rid]))  # a new request's whole (clipped) output
+            if need > room:
+                self.batch_full = True  # AddReqResult.NO_TOKEN
+                break
+            if admitted and prompt_tokens + extend > self.chunk:
                 break
             self.waiting.popleft()
-            self.kv_reserved += need
-            prompt_tokens += int(self.inputs[rid])
+            room -= need
+            prompt_tokens += extend
             admitted.append(rid)
         return admitted
+
+    def _extend_tokens(self, rid: int) -> int:
+        """Tokens a prefill of this request computes: its prompt, and what it had generated if it was retracted
+        (the radix cache may still hold the prompt then; recomputing it all is the assumption here)."""
+        return int(self.inputs[rid] + self.outputs[rid] - self.left[rid])
 
     def _loop(self):
         env = self.env
         total = len(self.inputs)
         while self.finished < total:
             if not self.waiting and len(self.run_ids) == 0:
+                self.ratio.idle()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -108,6 +141,7 @@ class ServingEngine:
             if admitted:
                 yield from self._prefill(admitted)
             elif len(self.run_ids):
+                self._make_room_for_decode()
                 yield from self._decode()
             else:  # the loader and simulate() guarantee any single request fits an empty cache
                 raise RuntimeError("a waiting request cannot fit the KV cache of an idle engine")
@@ -115,7 +149,7 @@ class ServingEngine:
 
     def _prefill(self, admitted: list[int]):
         env, rec = self.env, self.rec
-        prompts = [int(self.inputs[r]) for r in admitted]
+        prompts = [self._extend_tokens(r) for r in admitted]
         # a prompt longer than the chunk runs as several chunks, each attending to the ones before
         pieces: list[tuple[list[int], float]] = []
         if len(prompts) == 1 and prompts[0] > self.chunk:
@@ -134,14 +168,62 @@ class ServingEngine:
             rec.iteration(start, env.now, "prefill", len(chunk_prompts), len(chunk_prompts), cost)
         ids = np.asarray(admitted, dtype=np.int64)
         now = env.now
-        rec.first_token_ms[ids] = now
-        rec.roofline_at_first_ms[ids] = self.roofline_ms
+        new = np.isnan(rec.first_token_ms[ids])
+        rec.first_token_ms[ids[new]] = now
+        rec.roofline_at_first_ms[ids[new]] = self.roofline_ms
+        for rid in ids[~new]:  # a retracted request's prefill streams its next token
+            rec.itl_gaps.append((now - self.last_emit_ms[rid], 1))
+        self.prefill_end_ms[ids] = now
         self.fresh.append((now, len(ids)))
         self.run_ids = np.concatenate([self.run_ids, ids])
-        self.run_remaining = np.concatenate([self.run_remaining, self.outputs[ids] - 1])
+        self.run_remaining = np.concatenate([self.run_remaining, self.left[ids] - 1])
         self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
-        self.context_sum += int(self.inputs[ids].sum()) + len(ids)
+        self.context_sum += sum(prompts) + len(ids)
         self._retire(now)
+
+    def _make_room_for_decode(self) -> None:
+        """ScheduleBatch.check_decode_mem, then retract_decode when the next step's tokens do not fit."""
+        free = self.kv_capacity - self.context_sum
+        if free >= len(self.run_ids) * self.decode_tokens:
+            self.ratio.decode_step()
+            return
+        generated = self.outputs[self.run_ids] - self.run_remaining
+        if self.retract_latest_first:
+            order = np.arange(len(self.run_ids))
+        else:  # sorted by (generated, -prompt) descending; retract_decode pops from the end
+            order = np.lexsort((self.inputs[self.run_ids], -generated))
+        keep = len(order)
+        while keep > 1:  # at least one, then until the survivors have their headroom
+            keep -= 1
+            rid = int(self.run_ids[order[keep]])
+            free += int(self.inputs[rid]) + int(generated[order[keep]])
+            if free >= keep * self.retraction_headroom:
+                break
+        gone, stay = order[keep:][::-1], np.sort(order[:keep])  # gone: in the order they were popped
+        rec = self.rec
+        for i in gone:
+            rid = int(self.run_ids[i])
+            self.left[rid] = self.run_remaining[i]
+            if self.run_joined[i] < self.decode_iterations:  # it took part in the last decode step
+                self.last_emit_ms[rid] = self.last_decode_end
+            else:  # prefilled since: no longer among the fresh requests the next step streams to
+                self.last_emit_ms[rid] = self.prefill_end_ms[rid]
+                self._unfresh(self.prefill_end_ms[rid])
+            rec.verify_steps[rid] += self.decode_iterations - self.run_joined[i]
+            rec.retractions[rid] += 1
+            self.waiting.append(rid)  # Scheduler._add_request_to_queue: the back of the queue
+        self.context_sum -= int((self.inputs[self.run_ids[gone]] + generated[gone]).sum())
+        self.run_ids, self.run_remaining, self.run_joined = (
+            self.run_ids[stay], self.run_remaining[stay], self.run_joined[stay])
+        self.ratio.after_retraction(self.outputs[self.run_ids] - self.run_remaining, self.outputs[self.run_ids])
+        self.batch_full = False
+
+    def _unfresh(self, prefill_end: float) -> None:
+        for k, (t, count) in enumerate(self.fresh):
+            if t == prefill_end:
+                self.fresh[k] = (t, count - 1)
+                return
+        raise AssertionError("a request prefilled since the last decode step is among the fresh ones")
 
     def _decode(self):
         env, rec = self.env, self.rec
@@ -180,14 +262,13 @@ class ServingEngine:
         rec.finish_ms[finished] = now
         rec.roofline_at_finish_ms[finished] = self.roofline_ms
         rec.output_tokens[finished] = self.outputs[finished]
-        rec.verify_steps[finished] = self.decode_iterations - self.run_joined[done_mask]
+        rec.verify_steps[finished] += self.decode_iterations - self.run_joined[done_mask]
         keep = ~done_mask
         self.run_ids, self.run_remaining, self.run_joined = (
             self.run_ids[keep], self.run_remaining[keep], self.run_joined[keep])
-        footprint = int((self.inputs[finished] + self.outputs[finished]).sum())  # all generated by now
-        self.context_sum -= footprint
-        self.kv_reserved -= footprint
+        self.context_sum -= int((self.inputs[finished] + self.outputs[finished]).sum())  # all generated by now
         self.finished += len(finished)
+        self.batch_full = False
         total = len(self.inputs)
         for _ in range(len(finished)):  # closed loop: each finished request's client sends the next one
             if self._closed and self.next_request < total:

@@ -21,6 +21,7 @@ class Recorder:
         self.input_tokens = np.zeros(n, dtype=np.int64)
         self.output_tokens = np.zeros(n, dtype=np.int64)
         self.verify_steps = np.zeros(n, dtype=np.int64)
+        self.retractions = np.zeros(n, dtype=np.int64)  # times SGLang's retract_decode sent it back to wait
         self.roofline_at_first_ms = np.full(n, np.nan)
         self.roofline_at_finish_ms = np.full(n, np.nan)
         self.itl_gaps: list[tuple[float, int]] = []  # (gap between streamed chunks ms, how many requests had it)
@@ -37,8 +38,8 @@ class Recorder:
         return pd.DataFrame({
             "arrival_ms": self.arrival_ms, "first_token_ms": self.first_token_ms, "finish_ms": self.finish_ms,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-            "verify_steps": self.verify_steps, "roofline_at_first_ms": self.roofline_at_first_ms,
-            "roofline_at_finish_ms": self.roofline_at_finish_ms,
+            "verify_steps": self.verify_steps, "retractions": self.retractions,
+            "roofline_at_first_ms": self.roofline_at_first_ms, "roofline_at_finish_ms": self.roofline_at_finish_ms,
         })
 
     def inter_token_latencies_ms(self) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,10 @@ class Server(StrictModel):
                                               description="None = SGLang's default for this GPU, tp and drafter")
     chunked_prefill_size: StrictInt | None = Field(default=None, ge=64,
                                                    description="None = SGLang's default for the GPU memory")
+    schedule_conservativeness: float = Field(
+        default=1.0, gt=0.0, le=100.0,
+        description="--schedule-conservativeness: scales the share of running requests' outputs SGLang keeps free"
+                    " in the KV cache when it admits new ones (simspec/engine/admission.py)")
 
     @property
     def version_minor_patch(self) -> tuple[int, int]:

@@ -1,0 +1,177 @@
+"""SGLang's KV admission against an output estimate, and retraction when the estimate was wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from simspec.analysis.metrics import summarize
+from simspec.engine import ServingEngine
+from simspec.engine.admission import (
+    CLIP_MAX_NEW_TOKENS,
+    NEW_TOKEN_RATIO_DECAY_STEPS,
+    RETRACT_DECODE_STEPS,
+    NewTokenRatio,
+    decode_tokens_per_request,
+    retraction_headroom,
+)
+from simspec.errors import InputError
+from simspec.fastpath import predict_fast
+from simspec.scenario.loader import parse_scenario, resolve
+from simspec.simulate import run
+from simspec.timing import IterationModel
+from simspec.workload import RequestSpecs
+
+
+def _resolve(d):
+    return resolve(parse_scenario(d, "t.yaml"), "t.yaml")
+
+
+def _tight(small, concurrency=48, requests=96, prompt=128, output=512):
+    """Llama-3.1-8B on one H100 with a KV cache of a few thousand tokens; outputs uniform in
+    [output / 4, output], so that requests finish at different times (identical requests in a closed loop stay
+    in lockstep, and then the whole-request reservation of each admission round is all that binds)."""
+    small["server"] = {"tp": 1, "mem_fraction_static": 0.215}
+    small["workload"].update(num_requests=requests, arrival={"type": "closed", "concurrency": concurrency},
+                             input_tokens={"dist": "fixed", "value": prompt},
+                             output_tokens={"dist": "uniform", "low": output // 4, "high": output})
+    return small
+
+
+def test_new_token_ratio_decays_to_its_floor_and_resets_when_idle():
+    r = NewTokenRatio.for_server(1.0)
+    assert (r.init, r.floor) == pytest.approx((0.7, 0.7 * 0.14))
+    for _ in range(NEW_TOKEN_RATIO_DECAY_STEPS // 2):
+        r.decode_step()
+    assert r.value == pytest.approx((0.7 + 0.098) / 2)
+    for _ in range(NEW_TOKEN_RATIO_DECAY_STEPS):
+        r.decode_step()
+    assert r.value == pytest.approx(0.098)
+    r.idle()
+    assert r.value == 0.7
+    assert NewTokenRatio.for_server(2.0).init == 1.0  # min(1, 0.7 x conservativeness)
+
+
+def test_retraction_sets_the_ratio_from_what_the_survivors_decoded():
+    r = NewTokenRatio.for_server(1.0)
+    r.after_retraction(np.array([10, 30]), np.array([100, 100]))
+    assert r.value == pytest.approx((40 + 2 * RETRACT_DECODE_STEPS) / 200)
+    r.after_retraction(np.array([100, 100]), np.array([100, 100]))
+    assert r.value == 1.0
+
+
+def test_speculation_needs_room_for_its_drafts():
+    assert decode_tokens_per_request("none", 0, 0, 0) == 1
+    assert decode_tokens_per_request("eagle3", 4, 4, 16) == 16 + 16
+    assert retraction_headroom("none", 0, 0, 0) == RETRACT_DECODE_STEPS
+    assert retraction_headroom("eagle3", 3, 1, 4) == RETRACT_DECODE_STEPS + 3 + 4
+
+
+def test_admission_packs_more_requests_than_whole_reservations_would(small):
+    rs = _resolve(_tight(small))
+    whole = rs.kv_capacity_tokens // (128 + 512)
+    assert 4 <= whole < 48  # the cache is the binding limit
+    res = run(rs)
+    dec = res.iterations[res.iterations.kind == "decode"]
+    assert dec.batch_size.max() > whole
+    assert summarize(res)["mean_batch_size"] > whole
+    # every request still generates exactly its sampled output, retracted or not
+    from simspec.workload import make_requests
+
+    seq = np.random.SeedSequence(0).spawn(2)[0]
+    specs = make_requests(rs.scenario.workload, np.random.default_rng(seq))
+    assert res.requests.output_tokens.tolist() == specs.output_tokens.tolist()
+    assert res.requests.retractions.sum() > 0
+
+
+def test_the_cache_never_holds_more_than_its_capacity(small, monkeypatch):
+    rs = _resolve(_tight(small, output=700))
+    seen = []
+    original = ServingEngine._decode
+
+    def checked(self):
+        seen.append(self.context_sum + len(self.run_ids))  # KV after this step's tokens
+        assert self.context_sum + len(self.run_ids) <= self.kv_capacity or len(self.run_ids) == 1
+        yield from original(self)
+
+    monkeypatch.setattr(ServingEngine, "_decode", checked)
+    res = run(rs)
+    assert max(seen) > 0.9 * rs.kv_capacity_tokens  # it does run close to full
+    assert res.requests.retractions.sum() > 0
+
+
+def _engine(rs, inputs, outputs, *, latest_first=False, capacity=1000):
+    specs = RequestSpecs(np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64), None)
+    env = simpy.Environment()
+    eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=64, kv_capacity_tokens=capacity,
+                        chunked_prefill_tokens=8192, concurrency=0, retract_latest_first=latest_first)
+    return eng
+
+
+def test_retraction_takes_the_request_with_fewest_tokens_generated_first(small):
+    rs = _resolve(small)
+    eng = _engine(rs, [100, 30, 20, 250], [400, 400, 400, 400])
+    eng.run_ids = np.arange(4)
+    eng.run_remaining = np.array([100, 390, 390, 200])  # generated 300, 10, 10, 200
+    eng.run_joined = np.zeros(4, dtype=np.int64)
+    eng.decode_iterations = 5
+    eng.context_sum = 999  # one free token, four needed: retract
+    eng._make_room_for_decode()
+    # fewest generated first, the longer prompt first between equals; then until the 2 survivors have
+    # 20 free tokens each (1 + 40 freed < 3 x 20, 1 + 40 + 30 >= 2 x 20)
+    assert list(eng.waiting) == [1, 2]
+    assert eng.left[1] == 390 and eng.rec.retractions[1] == 1 and eng.rec.verify_steps[1] == 5
+    assert eng.context_sum == 999 - 40 - 30
+    assert eng.ratio.value == pytest.approx((300 + 200 + 2 * RETRACT_DECODE_STEPS) / 800)
+    assert 0 in eng.run_ids  # the most advanced request stays
+
+
+def test_speculative_batches_retract_from_the_back(small):
+    rs = _resolve(small)
+    eng = _engine(rs, [100, 100, 100], [400, 400, 400], latest_first=True)
+    eng.run_ids = np.array([2, 0, 1])
+    eng.run_remaining = np.array([390, 100, 300])
+    eng.run_joined = np.zeros(3, dtype=np.int64)
+    eng.decode_iterations = 5
+    eng.context_sum = 999
+    eng._make_room_for_decode()
+    assert list(eng.waiting)[0] == 1  # the last in the batch, however far it got
+    assert eng.run_ids[0] == 2
+
+
+def test_a_retracted_request_resumes_where_it_stopped(small):
+    small = _tight(small, concurrency=48, requests=96, output=512)
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"chain_rates": [1.0, 1.0, 1.0]}  # 4 tokens per verify step, always
+    res = run(_resolve(small))
+    req = res.requests
+    assert req.retractions.sum() > 0
+    # tokens from verify steps: 4 per step except each stint's last (cut at what is left)
+    verified = req.output_tokens - 1 - req.retractions
+    assert (verified <= 4 * req.verify_steps).all()
+    assert (verified > 4 * (req.verify_steps - 1 - req.retractions)).all()
+    assert 3.9 < summarize(res)["accept_length"] <= 4.0
+
+
+def test_output_estimates_are_clipped():
+    from simspec.engine.admission import output_estimate
+
+    assert output_estimate(10_000) == CLIP_MAX_NEW_TOKENS
+    assert list(output_estimate(np.array([5, 5000]))) == [5, CLIP_MAX_NEW_TOKENS]
+
+
+def test_the_fast_path_leaves_a_binding_cache_to_the_engine(small):
+    small = _tight(small)
+    small["workload"]["output_tokens"] = {"dist": "fixed", "value": 512}
+    rs = _resolve(small)
+    with pytest.raises(InputError, match="KV cache binds"):
+        predict_fast(rs)
+
+
+def test_schedule_conservativeness_packs_fewer_requests(small):
+    loose = run(_resolve(_tight(small)))
+    small["server"]["schedule_conservativeness"] = 1.4
+    strict = run(_resolve(small))
+    assert summarize(strict)["mean_batch_size"] < summarize(loose)["mean_batch_size"]
