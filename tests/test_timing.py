@@ -10,7 +10,14 @@ from simspec import presets
 from simspec.scenario.loader import parse_scenario, resolve
 from simspec.scenario.profile import CollectiveCurve
 from simspec.timing.collectives import Collectives, ring_latency_us
-from simspec.timing.forward import Efficiencies, ForwardModel, ForwardShape, distinct_experts
+from simspec.timing.forward import (
+    MOE_BLOCK_ROWS,
+    Efficiencies,
+    ForwardModel,
+    ForwardShape,
+    distinct_experts,
+    padded_rows,
+)
 from simspec.timing.iteration import IterationModel, captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
 
@@ -133,6 +140,38 @@ def test_large_batches_become_compute_bound():
                    0, 0)
     flops = sum(g.flops_per_token for g in s.groups) * t
     assert cost.compute_ms == pytest.approx(flops / 989e12 * 1e3)  # bf16 dense peak
+
+
+def test_small_gemms_pay_whole_tensor_core_tiles():
+    assert [padded_rows(t, 64) for t in (0, 1, 64, 65)] == [0, 64, 64, 128]
+    assert padded_rows(5, 16) == 16
+
+
+def test_single_token_decode_on_the_h20_is_bound_by_padded_tensor_core_work():
+    """The H20 pairs 4 TB/s with 148 BF16 TFLOPS: one token padded to Hopper's 64-row wgmma costs more tensor
+    time than streaming the weights; on the H100 the same padding hides under the weight stream."""
+    s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    shape = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=False)
+    bytes_ = sum(g.bytes_per_gpu for g in s.groups)
+    padded_flops = sum(g.flops_per_token for g in s.groups) * 64
+    assert padded_flops / 148e12 > bytes_ / 4.0e12
+    h20 = ForwardModel(s, presets.gpus()["h20"], Collectives(curve, 1, "nvlink"), IDEAL).cost(shape, 0, 0)
+    assert h20.compute_ms == pytest.approx(padded_flops / 148e12 * 1e3, rel=0.02)  # a few groups stay memory-bound
+    h100 = ForwardModel(s, presets.gpus()["h100-sxm"], Collectives(curve, 1, "nvlink"), IDEAL).cost(shape, 0, 0)
+    assert h100.compute_ms == pytest.approx(bytes_ / 3.35e12 * 1e3)
+
+
+def test_each_touched_expert_runs_a_whole_fused_moe_block():
+    s = target_stack(presets.models()["qwen3-30b-a3b"], tp=1)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    slow = presets.gpus()["h20"].model_copy(update={"bf16_tflops": 10.0})  # compute-bound everywhere
+    fm = ForwardModel(s, slow, Collectives(curve, 1, "nvlink"), IDEAL)
+    one = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=False)
+    dense = sum(max(g.bytes_per_gpu / 4e12, g.flops_per_token * 64 / 10e12) for g in s.groups)
+    # one token routed to 8 experts: each runs a 16-row block, 16 x the 8 token-expert pairs' work
+    experts = 8 * MOE_BLOCK_ROWS * s.expert_flops_per_token / s.experts_per_token / 10e12
+    assert fm._weights(one)[0] == pytest.approx(dense + experts)
 
 
 def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():

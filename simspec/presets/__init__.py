@@ -28,6 +28,7 @@ class GpuPreset(_Preset):
     fp8_tflops: float | None = Field(default=None, gt=0)
     fp4_tflops: float | None = Field(default=None, gt=0)
     links: Literal["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"]
+    mma_rows: int = Field(ge=1, le=256, description="rows of the smallest tensor-core MMA its GEMMs issue")
     tdp_w: float = Field(gt=0)
     price_per_hour_usd: float = Field(gt=0)
 

@@ -3,15 +3,29 @@
 Each weight group costs max(bytes / achievable bandwidth, FLOPs / achievable compute) (a roofline per
 group), routed experts are charged for the DISTINCT experts the batch touches, attention for the KV cache it
 reads, and every forward pays fixed launch overhead plus its tensor-parallel collectives.
+
+A GEMM's FLOPs count the rows the tensor cores actually run: the tokens rounded up to the GPU's smallest MMA
+(gpus.yaml mma_rows: 64 on Hopper, whose GEMMs issue wgmma .m64), and for each routed expert the rows of
+Triton's fused-MoE block. At small batch this is what bounds a compute-starved part such as the H20.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simspec.presets import GpuPreset
 from simspec.timing.collectives import Collectives
 from simspec.timing.stack import ACTIVATION_BYTES, Stack
+
+# Rows of one routed expert's tile in SGLang's Triton fused-MoE kernel at decode batch sizes: BLOCK_SIZE_M 16,
+# the smallest tl.dot accepts (fused_moe_triton get_default_config and the tuned configs/ for small M)
+MOE_BLOCK_ROWS = 16
+
+
+def padded_rows(tokens: int, mma_rows: int) -> int:
+    """Rows a GEMM over `tokens` runs on the tensor cores: a whole number of the GPU's smallest MMA."""
+    return math.ceil(tokens / mma_rows) * mma_rows if tokens > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +83,7 @@ class ForwardModel:
         self.collectives = collectives
         self._bw = gpu.memory_bandwidth_gbps * 1e9  # bytes/s
         self._peak = {c: gpu.peak_tflops(c) * 1e12 for c in ("bf16", "fp8")}
+        self._mma_rows = gpu.mma_rows
         self._cache: dict[ForwardShape, tuple[float, float, float]] = {}
         att_compute = stack.groups[0].compute if stack.groups else "bf16"
         self._kv_s_per_token = stack.kv_bytes_per_token_per_gpu / (self._bw * eff.memory_bandwidth)
@@ -90,13 +105,17 @@ class ForwardModel:
                 continue
             # SGLang prunes hidden states before the LM head to the tokens whose logits it needs
             tokens = shape.logit_tokens if g.name == "lm_head" else shape.tokens
-            compute += self._time(g.bytes_per_gpu, g.flops_per_token * tokens, g.compute)
+            rows = padded_rows(tokens, self._mma_rows)
+            compute += self._time(g.bytes_per_gpu, g.flops_per_token * rows, g.compute)
             roof += g.bytes_per_gpu / self._bw
         if st.num_moe_layers:
             n = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
                                  eff.routing_locality)
             nbytes = n * st.expert_bytes_per_gpu * st.num_moe_layers
-            compute += self._time(nbytes, st.expert_flops_per_token * shape.tokens, st.expert_compute)
+            # each touched expert runs at least one block of rows, however few tokens it got
+            k = st.experts_per_token
+            rows = max(shape.tokens * k, n * MOE_BLOCK_ROWS) / k
+            compute += self._time(nbytes, st.expert_flops_per_token * rows, st.expert_compute)
             roof += nbytes / self._bw
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
             compute += (st.kernels_per_forward * eff.kernel_gap_graph_us
