@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simspec import presets
 from simspec.analysis.metrics import summarize
 from simspec.engine import ServingEngine
 from simspec.engine.admission import (
@@ -21,6 +22,7 @@ from simspec.fastpath import predict_fast
 from simspec.scenario.loader import parse_scenario, resolve
 from simspec.simulate import run
 from simspec.timing import IterationModel
+from simspec.timing.stack import target_stack
 from simspec.workload import RequestSpecs
 
 
@@ -32,7 +34,10 @@ def _tight(small, concurrency=48, requests=96, prompt=128, output=512):
     """Llama-3.1-8B on one H100 with a KV cache of a few thousand tokens; outputs uniform in
     [output / 4, output], so that requests finish at different times (identical requests in a closed loop stay
     in lockstep, and then the whole-request reservation of each admission round is all that binds)."""
-    small["server"] = {"tp": 1, "mem_fraction_static": 0.215}
+    s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
+    memory = presets.gpus()["h100-sxm"].memory_mib * 2**20
+    fraction = (s.weight_bytes_per_gpu + 8700 * s.kv_bytes_per_token_per_gpu) / memory
+    small["server"] = {"tp": 1, "mem_fraction_static": round(fraction, 6)}
     small["workload"].update(num_requests=requests, arrival={"type": "closed", "concurrency": concurrency},
                              input_tokens={"dist": "fixed", "value": prompt},
                              output_tokens={"dist": "uniform", "low": output // 4, "high": output})

@@ -23,6 +23,8 @@ class _Preset(BaseModel):
 
 class GpuPreset(_Preset):
     memory_gb: float = Field(gt=0)
+    memory_mib: int = Field(gt=0, description="total memory nvidia-smi reports, in MiB: what SGLang's memory"
+                                                  " defaults and fractions apply to")
     memory_bandwidth_gbps: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(default=None, gt=0)

@@ -55,11 +55,11 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
     fraction = server.mem_fraction_static
     if fraction is None:
         fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm)
-    budget = gpu.memory_gb * 1e9 * fraction
+    budget = gpu.memory_mib * 2**20 * fraction
     if weights >= budget:
         how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
         raise InputError(f"{model_name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
-                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB x"
+                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_mib:,} MiB x"
                          f" mem_fraction_static {fraction:g}, {how}); raise tp, pick a larger GPU or raise"
                          " server.mem_fraction_static", file=file, key="model")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (draft.kv_bytes_per_token_per_gpu if draft else 0.0)
@@ -69,7 +69,9 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
 
 
 def gpu_mib(gpu: GpuPreset) -> float:
-    return gpu.memory_gb * 1e9 / 2**20
+    """The memory SGLang sizes itself by: torch's total_memory, which the driver reports below the marketed
+    capacity (an "80 GB" H100 is 81,559 MiB = 85.5e9 bytes)."""
+    return float(gpu.memory_mib)
 
 
 def tier_defaults(gpu: GpuPreset, tp: int) -> tuple[int, int]:
