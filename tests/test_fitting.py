@@ -23,8 +23,8 @@ def _server(**kw) -> ServerDescription:
     return ServerDescription(**(base | kw))
 
 
-def _measurements(truth: dict[str, float], batches=BATCHES) -> Measurements:
-    m = Measurements(server=_server(), sources=["synthetic"])
+def _measurements(truth: dict[str, float], batches=BATCHES, **server) -> Measurements:
+    m = Measurements(server=_server(**server), sources=["synthetic"])
     m.requests = [RequestRecord(concurrency=c, prompt_tokens=400, completion_tokens=200, spec_verify_ct=80,
                                 accept_histogram={0: 10, 1: 20, 2: 30, 3: 20}) for c in batches for _ in range(c)]
     rs = resolve(parse_scenario(build_scenario(m, BOX, name="truth", concurrency=1), "t"), "t")
@@ -47,6 +47,14 @@ def test_fit_reproduces_the_measured_step_times_and_brackets_the_truth():
     for name in TRUTH:
         c = f.profile.coefficients[name]
         assert c.interval_95 is not None and "batch sizes 1, 2, 4, 8, 16" in c.source
+
+
+def test_a_tree_server_measures_its_fixed_host_time_as_tree_cost():
+    truth = {"memory_bandwidth_efficiency": 0.62, "spec_tree_cpu_ms": 2.4, "scheduler_cpu_per_request_ms": 0.04}
+    f = fit(_measurements(truth, num_steps=4, topk=4, num_draft_tokens=16), BOX, name="t", bootstrap=20)
+    assert "spec_cpu_ms" not in f.parameters
+    value, interval = f.parameters["spec_tree_cpu_ms"]
+    assert interval[0] - 1e-9 <= 2.4 <= interval[1] + 1e-9
 
 
 def test_one_batch_size_reports_the_confounding():

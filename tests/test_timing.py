@@ -251,7 +251,7 @@ def test_ngram_has_no_draft_forward_and_pays_cpu(small):
 
 def test_v1_speculative_host_work_grows_with_requests_and_verified_tokens(small):
     """spec_cpu_per_verified_token_us x batch x num_draft_tokens, exposed in v1 (no overlap), on top of the
-    per-iteration and per-request CPU."""
+    per-iteration and per-request CPU; trees (topk > 1) pay spec_tree_cpu_ms per iteration, chains do not."""
     rs = _resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=4, topk=4,
                    num_draft_tokens=16)
     assert not rs.overlap
@@ -262,7 +262,9 @@ def test_v1_speculative_host_work_grows_with_requests_and_verified_tokens(small)
     assert eight - one == pytest.approx(7 * (rs.coefficient("scheduler_cpu_per_request_ms") + 16 * per_token_ms))
     chain = IterationModel(_resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3,
                                      topk=1, num_draft_tokens=4)).decode(8, 8 * 500).cpu_ms
-    assert eight - chain == pytest.approx(8 * 12 * per_token_ms)
+    tree_ms = rs.coefficient("spec_tree_cpu_ms")
+    assert tree_ms > 0
+    assert eight - chain == pytest.approx(8 * 12 * per_token_ms + tree_ms)
 
 
 def test_overlap_hides_cpu_behind_the_gpu(small):

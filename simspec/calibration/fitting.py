@@ -41,11 +41,11 @@ from simspec.timing.iteration import IterationModel
 # step-time observation. Small enough that two batch sizes outvote it, large enough to pin a flat direction.
 PRIOR_WEIGHT = 0.01
 PRIOR_SCALE = {"memory_bandwidth_efficiency": 0.15, "compute_efficiency": 0.15, "scheduler_cpu_ms": 1.0,
-               "spec_cpu_ms": 1.0, "forward_overhead_ms": 0.3, "scheduler_cpu_per_request_ms": 0.05,
-               "decode_per_request_us": 50.0}
+               "spec_cpu_ms": 1.0, "spec_tree_cpu_ms": 1.0, "forward_overhead_ms": 0.3,
+               "scheduler_cpu_per_request_ms": 0.05, "decode_per_request_us": 50.0}
 BOUNDS = {"memory_bandwidth_efficiency": (0.2, 1.0), "compute_efficiency": (0.1, 1.0), "scheduler_cpu_ms": (0.0, 50.0),
-          "spec_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0), "scheduler_cpu_per_request_ms": (0.0, 5.0),
-          "decode_per_request_us": (0.0, 5000.0)}
+          "spec_cpu_ms": (0.0, 50.0), "spec_tree_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0),
+          "scheduler_cpu_per_request_ms": (0.0, 5.0), "decode_per_request_us": (0.0, 5000.0)}
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,9 @@ def _context_per_request(meas: Measurements) -> float:
 def free_parameters(rs: ResolvedScenario, batch_sizes: set[int]) -> list[str]:
     """The coefficients this server's step times can pin down (see the module docstring)."""
     if not rs.overlap:
-        fixed = "spec_cpu_ms" if rs.speculative else "scheduler_cpu_ms"
+        # a tree server's fixed host time per iteration is measured as its tree cost (spec_cpu_ms keeps the
+        # default every speculative iteration pays; the two cannot be told apart at one topk)
+        fixed = ("spec_tree_cpu_ms" if rs.topk > 1 else "spec_cpu_ms") if rs.speculative else "scheduler_cpu_ms"
     else:
         fixed = "forward_overhead_ms"
     names = ["memory_bandwidth_efficiency", fixed]

@@ -95,6 +95,7 @@ class IterationModel:
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
+        self._spec_tree_cpu_ms = c("spec_tree_cpu_ms") if rs.topk > 1 else 0.0
         self._spec_cpu_per_token_ms = c("spec_cpu_per_verified_token_us") / 1e3
         self._ngram_ms_per_req = c("ngram_cpu_per_request_us") / 1e3
         self._gpu_per_req_ms = c("decode_per_request_us") / 1e3
@@ -172,7 +173,8 @@ class IterationModel:
         v_compute += self._gpu_per_req_ms * bs
         extra = 0.0
         if self.rs.speculative:
-            extra = self._spec_cpu_ms + (self._ngram_ms_per_req * bs if self.draft is None else 0.0)
+            extra = self._spec_cpu_ms + self._spec_tree_cpu_ms
+            extra += self._ngram_ms_per_req * bs if self.draft is None else 0.0
             extra += self._spec_cpu_per_token_ms * bs * self.n
         cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra)
         return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
