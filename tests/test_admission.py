@@ -180,3 +180,22 @@ def test_schedule_conservativeness_packs_fewer_requests(small):
     small["server"]["schedule_conservativeness"] = 1.4
     strict = run(_resolve(small))
     assert summarize(strict)["mean_batch_size"] < summarize(loose)["mean_batch_size"]
+
+
+def test_predict_reports_retractions_when_the_cache_ran_out(small, tmp_path):
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from simspec.cli import main
+
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(_tight(small)))
+    table = CliRunner().invoke(main, ["predict", str(path)])
+    assert table.exit_code == 0, table.output
+    data = json.loads(CliRunner().invoke(main, ["predict", str(path), "--json"]).output)
+    assert data["retractions"] > 0
+    assert "retractions (KV cache full)" in table.output
+    roomy = CliRunner().invoke(main, ["predict", str(path), "--set", "server.mem_fraction_static=0.8"])
+    assert "retractions" not in roomy.output

@@ -42,6 +42,8 @@ def render(result: dict, console: Console) -> None:
     row("total throughput tok/s", "throughput_tokens_per_s")
     row("accept length (incl. bonus)", "accept_length", 2)
     row("mean batch size", "mean_batch_size", 1)
+    if result.get("retractions") or base.get("retractions"):  # the KV cache ran out: SGLang's retract_decode
+        row("retractions (KV cache full)", "retractions", 0)
     row("iteration ms", "iteration_ms", 2)
     for k in BREAKDOWN_KEYS:
         row(f"  {BREAKDOWN_LABELS[k]} ms", "breakdown_ms", 2, sub=k)
