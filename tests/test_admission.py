@@ -199,3 +199,30 @@ def test_predict_reports_retractions_when_the_cache_ran_out(small, tmp_path):
     assert "retractions (KV cache full)" in table.output
     roomy = CliRunner().invoke(main, ["predict", str(path), "--set", "server.mem_fraction_static=0.8"])
     assert "retractions" not in roomy.output
+
+
+@pytest.mark.parametrize("speculative", [False, True])
+def test_every_streamed_chunk_of_a_retracted_request_has_one_gap(small, speculative, monkeypatch):
+    """Each decode step streams a chunk to every request in it and a retracted request's second prefill one
+    more: the recorded inter-token gaps count exactly those and add up to each request's streaming time, whether
+    a request was retracted before or after its first decode step. With a (4, 4, 16) tree a request needs 32 free tokens per step, so
+    requests are retracted right after their prefill too (the `fresh` bookkeeping)."""
+    if speculative:
+        small = _tight(small, concurrency=32, requests=96, output=64)
+        small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 4,
+                                "topk": 4, "num_draft_tokens": 16}
+        small["acceptance"] = {"accept_length": 2.5}
+    else:
+        small = _tight(small, concurrency=48, requests=144, output=700)
+    unfresh = []
+    original = ServingEngine._unfresh
+    monkeypatch.setattr(ServingEngine, "_unfresh", lambda self, t: (unfresh.append(t), original(self, t)))
+    res = run(_resolve(small))
+    req = res.requests
+    assert req.retractions.sum() > 0
+    assert bool(unfresh) == speculative
+    assert res.itl_weights.sum() == req.verify_steps.sum() + req.retractions.sum()
+    assert (res.itl_gaps_ms >= 0).all()
+    # and each request's gaps add up to its streaming time, waits in the queue after a retraction included
+    streamed = (req.finish_ms - req.first_token_ms).sum()
+    assert (res.itl_gaps_ms * res.itl_weights).sum() == pytest.approx(streamed, rel=1e-9)
