@@ -28,7 +28,7 @@ from simspec.analysis.metrics import compare, compare_to_itself
 from simspec.errors import InputError
 from simspec.predict import describe, sources
 from simspec.scenario.loader import ResolvedScenario
-from simspec.simulate import acceptance_for, baseline_of
+from simspec.simulate import acceptance_for, baseline_of, decode_tokens
 from simspec.timing.iteration import BREAKDOWN_KEYS, IterationModel
 
 RENEWAL_EXACT = 4096
@@ -66,17 +66,19 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
         lengths.append(int(d.value))
     prompt, output = lengths
     per_request_kv = prompt + output
-    if per_request_kv > rs.kv_capacity_tokens:
+    if per_request_kv >= rs.kv_capacity_tokens:
         raise InputError(f"a request needs {per_request_kv} KV tokens but the cache holds {rs.kv_capacity_tokens}",
                          file=rs.path, key="workload")
     slots = min(w.arrival.concurrency, rs.max_running_requests, w.num_requests)
-    if slots * per_request_kv > rs.kv_capacity_tokens:
+    # the whole batch, with room for each request's next decode step (the tokens a step allocates)
+    need = slots * (per_request_kv + decode_tokens(rs))
+    if need > rs.kv_capacity_tokens:
         # SGLang admits against an estimate of the outputs still to come and retracts when it was wrong
         # (engine/admission.py): which batch that settles at is the engine's to find, not a closed form's
-        raise InputError(f"the KV cache binds: {slots} requests of {per_request_kv} tokens need"
-                         f" {slots * per_request_kv} but it holds {rs.kv_capacity_tokens}; SGLang's admission"
-                         " estimate and retractions then set the batch, which the fast path does not model: run"
-                         " the engine (without --fast)", file=rs.path, key="workload.arrival.concurrency")
+        raise InputError(f"the KV cache binds: {slots} requests need {need} tokens with their next decode step's"
+                         f" but it holds {rs.kv_capacity_tokens}; SGLang's admission estimate and retractions"
+                         " then set the batch, which the fast path does not model: run the engine (without --fast)",
+                         file=rs.path, key="workload.arrival.concurrency")
     return prompt, output, max(slots, 1)
 
 

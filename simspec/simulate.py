@@ -10,7 +10,7 @@ import simpy
 
 from simspec.acceptance.models import AcceptanceDistribution, AcceptanceSampler, acceptance_distribution
 from simspec.engine import ServingEngine
-from simspec.engine.admission import decode_tokens_per_request, retraction_headroom
+from simspec.engine.admission import decode_tokens_per_request
 from simspec.errors import InputError
 from simspec.scenario.loader import ResolvedScenario, resolve
 from simspec.scenario.schema import Speculative
@@ -47,7 +47,7 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
     workload_seq, accept_seq = np.random.SeedSequence(sc.seed).spawn(2)
     specs = make_requests(sc.workload, np.random.default_rng(workload_seq))
     longest = int((specs.input_tokens + specs.output_tokens).max())
-    if longest > rs.kv_capacity_tokens:
+    if longest >= rs.kv_capacity_tokens:  # SGLang admits a request only if it needs fewer tokens than are free
         raise InputError(f"a sampled request needs {longest} KV tokens but the cache holds {rs.kv_capacity_tokens};"
                          " lower the length distributions' max", file=rs.path, key="workload")
     dist = acceptance_for(rs)
@@ -59,8 +59,7 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         kv_capacity_tokens=rs.kv_capacity_tokens, chunked_prefill_tokens=rs.chunked_prefill_size,
         concurrency=arrival.concurrency if arrival.type == "closed" else None,
         schedule_conservativeness=sc.server.schedule_conservativeness,
-        decode_tokens_per_request=decode_tokens_per_request(rs.algorithm, rs.num_steps, rs.topk, rs.num_draft_tokens),
-        retraction_headroom=retraction_headroom(rs.algorithm, rs.num_steps, rs.topk, rs.num_draft_tokens),
+        decode_tokens_per_request=decode_tokens(rs),
         retract_latest_first=rs.speculative,
     )
     env.run(until=engine.done)
@@ -69,6 +68,12 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         resolved=rs, iterations=engine.rec.iterations(), requests=engine.rec.requests(), itl_gaps_ms=gaps,
         itl_weights=weights, acceptance=dist, makespan_ms=env.now,
     )
+
+
+def decode_tokens(rs: ResolvedScenario) -> int:
+    """Free KV tokens each running request needs before a decode step (engine/admission.py)."""
+    return decode_tokens_per_request(rs.algorithm, rs.num_steps, rs.topk, rs.num_draft_tokens,
+                                     rs.scenario.speculative.ngram.max_bfs_breadth)
 
 
 def baseline_of(rs: ResolvedScenario) -> ResolvedScenario:

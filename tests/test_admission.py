@@ -15,7 +15,6 @@ from simspec.engine.admission import (
     RETRACT_DECODE_STEPS,
     NewTokenRatio,
     decode_tokens_per_request,
-    retraction_headroom,
 )
 from simspec.errors import InputError
 from simspec.fastpath import predict_fast
@@ -61,7 +60,7 @@ def test_new_token_ratio_decays_to_its_floor_and_resets_when_idle():
 def test_retraction_sets_the_ratio_from_what_the_survivors_decoded():
     r = NewTokenRatio.for_server(1.0)
     r.after_retraction(np.array([10, 30]), np.array([100, 100]))
-    assert r.value == pytest.approx((40 + 2 * RETRACT_DECODE_STEPS) / 200)
+    assert r.value == pytest.approx((40 + 2 * RETRACT_DECODE_STEPS) / 201)
     r.after_retraction(np.array([100, 100]), np.array([100, 100]))
     assert r.value == 1.0
 
@@ -69,8 +68,9 @@ def test_retraction_sets_the_ratio_from_what_the_survivors_decoded():
 def test_speculation_needs_room_for_its_drafts():
     assert decode_tokens_per_request("none", 0, 0, 0) == 1
     assert decode_tokens_per_request("eagle3", 4, 4, 16) == 16 + 16
-    assert retraction_headroom("none", 0, 0, 0) == RETRACT_DECODE_STEPS
-    assert retraction_headroom("eagle3", 3, 1, 4) == RETRACT_DECODE_STEPS + 3 + 4
+    assert decode_tokens_per_request("eagle", 3, 1, 4) == 4 + 3
+    # n-gram: SGLang sets topk to the BFS breadth, one step
+    assert decode_tokens_per_request("ngram", 0, 0, 12, ngram_max_bfs_breadth=10) == 12 + 10
 
 
 def test_admission_packs_more_requests_than_whole_reservations_would(small):
@@ -106,29 +106,30 @@ def test_the_cache_never_holds_more_than_its_capacity(small, monkeypatch):
     assert res.requests.retractions.sum() > 0
 
 
-def _engine(rs, inputs, outputs, *, latest_first=False, capacity=1000):
+def _engine(rs, inputs, outputs, *, latest_first=False, capacity=1000, decode_tokens=1):
     specs = RequestSpecs(np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64), None)
     env = simpy.Environment()
     eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=64, kv_capacity_tokens=capacity,
-                        chunked_prefill_tokens=8192, concurrency=0, retract_latest_first=latest_first)
+                        chunked_prefill_tokens=8192, concurrency=0, retract_latest_first=latest_first,
+                        decode_tokens_per_request=decode_tokens)
     return eng
 
 
 def test_retraction_takes_the_request_with_fewest_tokens_generated_first(small):
     rs = _resolve(small)
-    eng = _engine(rs, [100, 30, 20, 250], [400, 400, 400, 400])
+    eng = _engine(rs, [100, 30, 20, 250], [400, 400, 400, 400], decode_tokens=20)
     eng.run_ids = np.arange(4)
     eng.run_remaining = np.array([100, 390, 390, 200])  # generated 300, 10, 10, 200
     eng.run_joined = np.zeros(4, dtype=np.int64)
     eng.decode_iterations = 5
-    eng.context_sum = 999  # one free token, four needed: retract
+    eng.context_sum = 999  # one free token, 4 x 20 needed for the next step: retract
     eng._make_room_for_decode()
-    # fewest generated first, the longer prompt first between equals; then until the 2 survivors have
-    # 20 free tokens each (1 + 40 freed < 3 x 20, 1 + 40 + 30 >= 2 x 20)
+    # fewest generated first, the longer prompt first between equals; then until the survivors' next step
+    # fits (1 + 40 freed < 3 x 20, 1 + 40 + 30 >= 2 x 20)
     assert list(eng.waiting) == [1, 2]
-    assert eng.left[1] == 390 and eng.rec.retractions[1] == 1 and eng.rec.verify_steps[1] == 5
+    assert eng.left_at_admission[1] == 390 and eng.rec.retractions[1] == 1 and eng.rec.verify_steps[1] == 5
     assert eng.context_sum == 999 - 40 - 30
-    assert eng.ratio.value == pytest.approx((300 + 200 + 2 * RETRACT_DECODE_STEPS) / 800)
+    assert eng.ratio.value == pytest.approx((300 + 200 + 2 * RETRACT_DECODE_STEPS) / 801)
     assert 0 in eng.run_ids  # the most advanced request stays
 
 
@@ -205,8 +206,8 @@ def test_predict_reports_retractions_when_the_cache_ran_out(small, tmp_path):
 def test_every_streamed_chunk_of_a_retracted_request_has_one_gap(small, speculative, monkeypatch):
     """Each decode step streams a chunk to every request in it and a retracted request's second prefill one
     more: the recorded inter-token gaps count exactly those and add up to each request's streaming time, whether
-    a request was retracted before or after its first decode step. With a (4, 4, 16) tree a request needs 32 free tokens per step, so
-    requests are retracted right after their prefill too (the `fresh` bookkeeping)."""
+    a request was retracted before or after its first decode step. With a (4, 4, 16) tree a request needs 32
+    free tokens per step, so requests are retracted right after their prefill too (the `fresh` bookkeeping)."""
     if speculative:
         small = _tight(small, concurrency=32, requests=96, output=64)
         small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 4,
@@ -226,3 +227,54 @@ def test_every_streamed_chunk_of_a_retracted_request_has_one_gap(small, speculat
     # and each request's gaps add up to its streaming time, waits in the queue after a retraction included
     streamed = (req.finish_ms - req.first_token_ms).sum()
     assert (res.itl_gaps_ms * res.itl_weights).sum() == pytest.approx(streamed, rel=1e-9)
+
+
+def test_a_full_batch_admits_again_one_decode_step_after_it_shrinks(small):
+    """SGLang sets batch_is_full when a prefill hits the request cap (or finds no room) and clears it only when
+    update_running_batch next finds the batch smaller, so a request that finishes in a decode step is replaced
+    after one more decode step; a batch that empties is refilled at once."""
+    rs = _resolve(small)
+    specs = RequestSpecs(np.array([10, 10, 10, 10]), np.array([3, 10, 5, 2]), None)
+    env = simpy.Environment()
+    eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=2, kv_capacity_tokens=10_000,
+                        chunked_prefill_tokens=8192, concurrency=4)
+    env.run(until=eng.done)
+    kinds = list(eng.rec.iterations().kind)
+    # A and B prefill; A finishes in the 2nd decode step; the 3rd decode runs before C's prefill
+    assert kinds[:5] == ["prefill", "decode", "decode", "decode", "prefill"]
+    assert (eng.rec.finish_ms > 0).all()
+
+
+def test_a_request_as_large_as_the_whole_cache_is_refused_up_front(small):
+    """SGLang admits a request only when it needs fewer tokens than are free (NO_TOKEN on >=), so one that would
+    fill the empty cache exactly could never run: the loader says so instead of the engine waiting forever."""
+    small = _tight(small)
+    capacity = _resolve(small).kv_capacity_tokens
+    small["workload"]["output_tokens"] = {"dist": "fixed", "value": 100}
+    small["workload"]["input_tokens"] = {"dist": "fixed", "value": capacity - 100}
+    with pytest.raises(InputError, match="KV cache holds"):
+        _resolve(small)
+    small["workload"]["input_tokens"]["value"] = capacity - 101
+    small["workload"]["num_requests"] = 2
+    res = run(_resolve(small))
+    assert (res.requests.output_tokens == 100).all()
+
+
+def test_the_fast_path_answers_only_where_the_engine_never_retracts(small):
+    import dataclasses
+
+    small["workload"].update(num_requests=64, arrival={"type": "closed", "concurrency": 16},
+                             input_tokens={"dist": "fixed", "value": 128},
+                             output_tokens={"dist": "fixed", "value": 256})
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 4, "topk": 4,
+                            "num_draft_tokens": 16}
+    small["acceptance"] = {"accept_length": 2.5}
+    rs = _resolve(small)
+    whole = 16 * (128 + 256)  # every request held whole, but no room for a (4, 4, 16) step's 32 tokens each
+    with pytest.raises(InputError, match="KV cache binds"):
+        predict_fast(dataclasses.replace(rs, kv_capacity_tokens=whole))
+    roomy = dataclasses.replace(rs, kv_capacity_tokens=whole + 16 * 32)
+    fast = predict_fast(roomy)
+    res = run(roomy)
+    assert res.requests.retractions.sum() == 0
+    assert fast["throughput_tokens_per_s"] == pytest.approx(summarize(res)["throughput_tokens_per_s"], rel=0.03)

@@ -10,7 +10,10 @@ admits a waiting request when
 SGLANG_INIT_NEW_TOKEN_RATIO x --schedule-conservativeness and decays linearly every decode step to a floor,
 so a long-running server bets that requests stop early and packs more of them. When a decode step finds no
 room for the next tokens (ScheduleBatch.check_decode_mem), retract_decode() evicts requests from the batch,
-frees their KV, puts them back in the waiting queue and raises the ratio to what the survivors have shown.
+frees their KV, puts them back in the waiting queue and raises the ratio to what the survivors have shown. It
+retracts until the survivors' next step fits (check_decode_mem over the remaining requests: SGLang PR #9989,
+September 2025, with the speculative multiplier since PR #14939, December 2025); before that it kept 20 tokens
+per survivor free, a figure that now only feeds the new ratio.
 
 The constants are SGLang's defaults (python/sglang/srt/environ.py; managers/scheduler.py), the same from 0.5.8
 through 0.5.23.
@@ -25,7 +28,7 @@ import numpy as np
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: floor = init x this
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps from init to floor
-RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS: tokens per survivor a retraction frees room for
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS: decode steps per survivor the new ratio allows for
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: cap on one request's output estimate
 
 
@@ -54,10 +57,10 @@ class NewTokenRatio:
         self.value = self.init
 
     def after_retraction(self, generated: np.ndarray, max_new: np.ndarray) -> None:
-        """retract_decode's new estimate from the requests that stay: what they decoded plus a margin."""
-        total = float(max_new.sum())
-        if total > 0:
-            self.value = min(1.0, (float(generated.sum()) + RETRACT_DECODE_STEPS * len(generated)) / total)
+        """retract_decode's new estimate from the requests that stay: what they decoded plus a margin of
+        RETRACT_DECODE_STEPS each, over their max_new_tokens (+ 1, as SGLang guards the division)."""
+        self.value = min(1.0, (float(generated.sum()) + RETRACT_DECODE_STEPS * len(generated))
+                         / (float(max_new.sum()) + 1.0))
 
 
 def output_estimate(remaining: np.ndarray | int) -> np.ndarray | int:
@@ -65,16 +68,13 @@ def output_estimate(remaining: np.ndarray | int) -> np.ndarray | int:
     return np.minimum(remaining, CLIP_MAX_NEW_TOKENS)
 
 
-def decode_tokens_per_request(algorithm: str, num_steps: int, topk: int, num_draft_tokens: int) -> int:
+def decode_tokens_per_request(algorithm: str, num_steps: int, topk: int, num_draft_tokens: int,
+                              ngram_max_bfs_breadth: int = 0) -> int:
     """Free KV tokens one request needs for the next decode step (Scheduler.decode_mem_cache_buf_multiplier):
-    one without speculation; the verify tree plus the draft steps' tokens with it."""
+    one without speculation; with it num_draft_tokens + topk x num_steps, where n-gram runs with topk = its
+    maximum BFS breadth and one step (server_args sets speculative_eagle_topk so)."""
     if algorithm == "none":
         return 1
+    if algorithm == "ngram":
+        return num_draft_tokens + max(ngram_max_bfs_breadth, 1)
     return num_draft_tokens + max(topk, 1) * max(num_steps, 1)
-
-
-def retraction_headroom(algorithm: str, num_steps: int, topk: int, num_draft_tokens: int) -> int:
-    """Free KV tokens per surviving request that retract_decode() retracts until it has (get_required_tokens)."""
-    if algorithm == "none":
-        return RETRACT_DECODE_STEPS
-    return RETRACT_DECODE_STEPS + max(topk, 1) * max(num_steps, 1) + num_draft_tokens

@@ -32,8 +32,7 @@ class ServingEngine:
     def __init__(self, env: simpy.Environment, model: IterationModel, specs: RequestSpecs,
                  sampler: AcceptanceSampler | None, *, max_running: int, kv_capacity_tokens: int,
                  chunked_prefill_tokens: int, concurrency: int | None, schedule_conservativeness: float = 1.0,
-                 decode_tokens_per_request: int = 1, retraction_headroom: int = 20,
-                 retract_latest_first: bool = False):
+                 decode_tokens_per_request: int = 1, retract_latest_first: bool = False):
         self.env = env
         self.model = model
         self.sampler = sampler
@@ -46,16 +45,20 @@ class ServingEngine:
         self.rec = Recorder(n)
         self.rec.input_tokens[:] = specs.input_tokens
         self.waiting: deque[int] = deque()
-        self.left = specs.output_tokens.astype(np.int64)  # tokens each request has still to generate
+        # tokens each request still has to generate when it (re)joins the batch: its output, or what was left
+        # when it was retracted (while it runs, run_remaining holds the live count)
+        self.left_at_admission = specs.output_tokens.astype(np.int64)
         self.last_emit_ms = np.zeros(n)  # when a retracted request last streamed a token
         self.prefill_end_ms = np.zeros(n)  # when each request's latest prefill ended
         self.ratio = NewTokenRatio.for_server(schedule_conservativeness)
         self.decode_tokens = decode_tokens_per_request
-        self.retraction_headroom = retraction_headroom
         # SGLang retracts the request with the fewest generated tokens (the longest prompt among ties); with
         # speculation its batch can only drop requests from the back, so the latest admitted goes first
         self.retract_latest_first = retract_latest_first
-        self.batch_full = False  # a prefill found no room: none is tried again until the batch shrinks
+        # batch_is_full: a prefill found no room (or the request cap); none is tried again until the batch has
+        # shrunk, which SGLang notices when it next builds a decode batch (update_running_batch)
+        self.batch_full = False
+        self.shrunk = False
         # the running batch, as parallel arrays
         self.run_ids = np.zeros(0, dtype=np.int64)
         self.run_remaining = np.zeros(0, dtype=np.int64)  # tokens still to generate
@@ -98,7 +101,7 @@ class ServingEngine:
     def _admit(self) -> list[int]:
         """PrefillAdder.add_one_req over the waiting queue, first come first served."""
         admitted: list[int] = []
-        if self.batch_full:
+        if self.batch_full or not self.waiting:
             return admitted
         # room = free KV - the running requests' estimated remaining output (schedule_policy.PrefillAdder)
         room = (self.kv_capacity - self.context_sum
@@ -110,8 +113,8 @@ class ServingEngine:
                 break
             rid = self.waiting[0]
             extend = self._extend_tokens(rid)
-            need = extend + int(output_estimate(self.left[rid]))  # a new request's whole (clipped) output
-            if need > room:
+            need = extend + int(output_estimate(self.left_at_admission[rid]))  # its whole (clipped) output
+            if need >= room:
                 self.batch_full = True  # AddReqResult.NO_TOKEN
                 break
             if admitted and prompt_tokens + extend > self.chunk:
@@ -125,7 +128,7 @@ class ServingEngine:
     def _extend_tokens(self, rid: int) -> int:
         """Tokens a prefill of this request computes: its prompt, and what it had generated if it was retracted
         (the radix cache may still hold the prompt then; recomputing it all is the assumption here)."""
-        return int(self.inputs[rid] + self.outputs[rid] - self.left[rid])
+        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid])
 
     def _loop(self):
         env = self.env
@@ -133,6 +136,7 @@ class ServingEngine:
         while self.finished < total:
             if not self.waiting and len(self.run_ids) == 0:
                 self.ratio.idle()
+                self.batch_full = self.shrunk = False
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -143,6 +147,8 @@ class ServingEngine:
             elif len(self.run_ids):
                 self._make_room_for_decode()
                 yield from self._decode()
+            elif self.shrunk:  # the batch emptied: update_running_batch clears the flag on an empty batch
+                self.batch_full = self.shrunk = False
             else:  # the loader and simulate() guarantee any single request fits an empty cache
                 raise RuntimeError("a waiting request cannot fit the KV cache of an idle engine")
         self.done.succeed()
@@ -176,34 +182,42 @@ class ServingEngine:
         self.prefill_end_ms[ids] = now
         self.fresh.append((now, len(ids)))
         self.run_ids = np.concatenate([self.run_ids, ids])
-        self.run_remaining = np.concatenate([self.run_remaining, self.left[ids] - 1])
+        self.run_remaining = np.concatenate([self.run_remaining, self.left_at_admission[ids] - 1])
         self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
         self.context_sum += sum(prompts) + len(ids)
-        self._retire(now)
+        if self._retire(now):  # requests done at their prefill leave before any decode: the flag clears now
+            self.batch_full = self.shrunk = False
+
+    def _generated(self) -> np.ndarray:
+        """Tokens each running request has generated so far (its prefill's first token included)."""
+        return self.outputs[self.run_ids] - self.run_remaining
 
     def _make_room_for_decode(self) -> None:
-        """ScheduleBatch.check_decode_mem, then retract_decode when the next step's tokens do not fit."""
+        """Scheduler.update_running_batch: ScheduleBatch.check_decode_mem, then retract_decode when the next
+        step's tokens do not fit; the batch_is_full flag clears once the batch has shrunk."""
+        if self.shrunk:
+            self.batch_full = self.shrunk = False
         free = self.kv_capacity - self.context_sum
         if free >= len(self.run_ids) * self.decode_tokens:
             self.ratio.decode_step()
             return
-        generated = self.outputs[self.run_ids] - self.run_remaining
+        generated = self._generated()
         if self.retract_latest_first:
             order = np.arange(len(self.run_ids))
         else:  # sorted by (generated, -prompt) descending; retract_decode pops from the end
             order = np.lexsort((self.inputs[self.run_ids], -generated))
         keep = len(order)
-        while keep > 1:  # at least one, then until the survivors have their headroom
+        while keep > 1:  # at least one, then until the survivors' next step fits (check_decode_mem)
             keep -= 1
             rid = int(self.run_ids[order[keep]])
             free += int(self.inputs[rid]) + int(generated[order[keep]])
-            if free >= keep * self.retraction_headroom:
+            if free >= keep * self.decode_tokens:
                 break
         gone, stay = order[keep:][::-1], np.sort(order[:keep])  # gone: in the order they were popped
         rec = self.rec
         for i in gone:
             rid = int(self.run_ids[i])
-            self.left[rid] = self.run_remaining[i]
+            self.left_at_admission[rid] = self.run_remaining[i]
             if self.run_joined[i] < self.decode_iterations:  # it took part in the last decode step
                 self.last_emit_ms[rid] = self.last_decode_end
             else:  # prefilled since: no longer among the fresh requests the next step streams to
@@ -215,13 +229,16 @@ class ServingEngine:
         self.context_sum -= int((self.inputs[self.run_ids[gone]] + generated[gone]).sum())
         self.run_ids, self.run_remaining, self.run_joined = (
             self.run_ids[stay], self.run_remaining[stay], self.run_joined[stay])
-        self.ratio.after_retraction(self.outputs[self.run_ids] - self.run_remaining, self.outputs[self.run_ids])
+        self.ratio.after_retraction(self._generated(), self.outputs[self.run_ids])
         self.batch_full = False
 
     def _unfresh(self, prefill_end: float) -> None:
         for k, (t, count) in enumerate(self.fresh):
             if t == prefill_end:
-                self.fresh[k] = (t, count - 1)
+                if count > 1:
+                    self.fresh[k] = (t, count - 1)
+                else:
+                    del self.fresh[k]
                 return
         raise AssertionError("a request prefilled since the last decode step is among the fresh ones")
 
@@ -253,10 +270,11 @@ class ServingEngine:
         rec.iteration(start, now, "decode", bs, emitted, cost)
         self._retire(now)
 
-    def _retire(self, now: float) -> None:
+    def _retire(self, now: float) -> bool:
+        """Finished requests leave the batch (their KV goes to the radix cache, free to reuse); True if any."""
         done_mask = self.run_remaining <= 0
         if not done_mask.any():
-            return
+            return False
         finished = self.run_ids[done_mask]
         rec = self.rec
         rec.finish_ms[finished] = now
@@ -268,10 +286,11 @@ class ServingEngine:
             self.run_ids[keep], self.run_remaining[keep], self.run_joined[keep])
         self.context_sum -= int((self.inputs[finished] + self.outputs[finished]).sum())  # all generated by now
         self.finished += len(finished)
-        self.batch_full = False
+        self.shrunk = True
         total = len(self.inputs)
         for _ in range(len(finished)):  # closed loop: each finished request's client sends the next one
             if self._closed and self.next_request < total:
                 self._arrive()
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+        return True

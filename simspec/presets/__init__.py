@@ -22,7 +22,7 @@ class _Preset(BaseModel):
 
 
 class GpuPreset(_Preset):
-    memory_gb: float = Field(gt=0)
+    memory_gb: float = Field(gt=0, description="marketed capacity, for listings; memory_mib sizes the KV cache")
     memory_mib: int = Field(gt=0, description="total memory nvidia-smi reports, in MiB: what SGLang's memory"
                                                   " defaults and fractions apply to")
     memory_bandwidth_gbps: float = Field(gt=0)

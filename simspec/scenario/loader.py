@@ -375,7 +375,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         resolved = dataclasses.replace(resolved, replayed=_replay(sc, n, path))
     wl = sc.workload
     longest = max(_max_length(wl.input_tokens) + _max_length(wl.output_tokens), 1)
-    if longest > mem.kv_capacity_tokens:
+    if longest >= mem.kv_capacity_tokens:  # SGLang admits a request only if it needs fewer tokens than are free
         raise InputError(f"one request can hold {longest} tokens but the KV cache holds {mem.kv_capacity_tokens}"
                          " per GPU; lower the workload's max lengths or free memory", file=file, key="workload")
     return resolved

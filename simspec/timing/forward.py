@@ -5,8 +5,9 @@ group), routed experts are charged for the DISTINCT experts the batch touches, a
 reads, and every forward pays fixed launch overhead plus its tensor-parallel collectives.
 
 A GEMM's FLOPs count the rows the tensor cores actually run: the tokens rounded up to the GPU's smallest MMA
-(gpus.yaml mma_rows: 64 on Hopper, whose GEMMs issue wgmma .m64), and for each routed expert the rows of
-Triton's fused-MoE block. At small batch this is what bounds a compute-starved part such as the H20.
+(gpus.yaml mma_rows: 64 on Hopper, whose GEMMs issue wgmma .m64), and for the routed experts at least one block
+of Triton's fused MoE per touched expert (a lower bound: tokens are not split per expert). At small batch this
+is what bounds a compute-starved part such as the H20.
 """
 
 from __future__ import annotations
