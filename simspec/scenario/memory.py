@@ -69,8 +69,8 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
 
 
 def gpu_mib(gpu: GpuPreset) -> float:
-    """The memory SGLang sizes itself by: torch's total_memory, which the driver reports below the marketed
-    capacity (an "80 GB" H100 is 81,559 MiB = 85.5e9 bytes)."""
+    """The memory SGLang sizes its defaults by: nvidia-smi's total, not the marketed capacity read as 1e9 bytes
+    (an "80 GB" H100 is 81,559 MiB = 85.5e9 bytes)."""
     return float(gpu.memory_mib)
 
 
