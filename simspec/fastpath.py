@@ -75,8 +75,8 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
     if need > rs.kv_capacity_tokens:
         # SGLang admits against an estimate of the outputs still to come and retracts when it was wrong
         # (engine/admission.py): which batch that settles at is the engine's to find, not a closed form's
-        raise InputError(f"the KV cache binds: {slots} requests need {need} tokens with their next decode step's"
-                         f" but it holds {rs.kv_capacity_tokens}; SGLang's admission estimate and retractions"
+        raise InputError(f"the KV cache binds: {slots} requests need {need:,} tokens (with their next decode"
+                         f" step's) but it holds {rs.kv_capacity_tokens:,}; SGLang's admission estimate and retractions"
                          " then set the batch, which the fast path does not model: run the engine (without --fast)",
                          file=rs.path, key="workload.arrival.concurrency")
     return prompt, output, max(slots, 1)
