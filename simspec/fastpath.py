@@ -66,9 +66,6 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
         lengths.append(int(d.value))
     prompt, output = lengths
     per_request_kv = prompt + output
-    if per_request_kv >= rs.kv_capacity_tokens:
-        raise InputError(f"a request needs {per_request_kv} KV tokens but the cache holds {rs.kv_capacity_tokens}",
-                         file=rs.path, key="workload")
     slots = min(w.arrival.concurrency, rs.max_running_requests, w.num_requests)
     # the whole batch, with room for each request's next decode step (the tokens a step allocates)
     need = slots * (per_request_kv + decode_tokens(rs))

@@ -188,10 +188,6 @@ class ServingEngine:
         if self._retire(now):  # requests done at their prefill leave before any decode: the flag clears now
             self.batch_full = self.shrunk = False
 
-    def _generated(self) -> np.ndarray:
-        """Tokens each running request has generated so far (its prefill's first token included)."""
-        return self.outputs[self.run_ids] - self.run_remaining
-
     def _make_room_for_decode(self) -> None:
         """Scheduler.update_running_batch: ScheduleBatch.check_decode_mem, then retract_decode when the next
         step's tokens do not fit; the batch_is_full flag clears once the batch has shrunk."""
@@ -201,7 +197,7 @@ class ServingEngine:
         if free >= len(self.run_ids) * self.decode_tokens:
             self.ratio.decode_step()
             return
-        generated = self._generated()
+        generated = self.outputs[self.run_ids] - self.run_remaining  # so far, the prefill's first token included
         if self.retract_latest_first:
             order = np.arange(len(self.run_ids))
         else:  # sorted by (generated, -prompt) descending; retract_decode pops from the end
@@ -229,7 +225,7 @@ class ServingEngine:
         self.context_sum -= int((self.inputs[self.run_ids[gone]] + generated[gone]).sum())
         self.run_ids, self.run_remaining, self.run_joined = (
             self.run_ids[stay], self.run_remaining[stay], self.run_joined[stay])
-        self.ratio.after_retraction(self._generated(), self.outputs[self.run_ids])
+        self.ratio.after_retraction(generated[stay], self.outputs[self.run_ids])
         self.batch_full = False
 
     def _unfresh(self, prefill_end: float) -> None:

@@ -55,7 +55,7 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
     fraction = server.mem_fraction_static
     if fraction is None:
         fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm)
-    budget = gpu.memory_mib * 2**20 * fraction
+    budget = gpu_mib(gpu) * 2**20 * fraction
     if weights >= budget:
         how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
         raise InputError(f"{model_name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
