@@ -37,12 +37,37 @@ def test_default_static_fraction_by_hand():
     h100 = presets.gpus()["h100-sxm"]
     assert h100.memory_mib == 81_559
     assert default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="none") == 0.830
-    # M1's box (97,887 MiB), tp 8, MLA, an EAGLE head: 512 + 12,288 + 1,024 + 1,024 + 1,536 + 4,096 MiB reserved
+    # M1's box (97,887 MiB), tp 8, MLA, no drafter: 512 + 12,288 + 1,024 + 1,024 + 1,536 (MLA piecewise graphs)
     rtx = presets.gpus()["rtx-pro-6000-server"]
-    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="eagle3") == 0.791
-    # n-gram reserves nothing for a drafter, standalone 6 GiB
-    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="ngram") == 0.833
-    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="standalone") < 0.791
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="none") == 0.833
+    # speculation turns piecewise graphs off before the reserve is computed (0.5.10 _handle_piecewise_cuda_graph):
+    # an EAGLE head reserves 4 GiB instead, n-gram nothing, a standalone draft model 6 GiB
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="eagle3") == 0.806
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="ngram") == 0.848
+    assert default_mem_fraction_static(rtx, 8, 8192, 512, mla=True, algorithm="standalone") == 0.786
+
+
+def test_default_static_fraction_follows_the_sglang_version():
+    """0.5.8 and 0.5.9 capture no piecewise CUDA graphs by default (enable_piecewise_cuda_graph=False) and reserve
+    2 GiB for an EAGLE head; 0.5.10 turned piecewise graphs on (8 MiB per captured size: 58 sizes up to 8,192
+    tokens) and reserves 4 GiB for the head."""
+    h100 = presets.gpus()["h100-sxm"]
+    older = default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="none", version=(5, 8))
+    newer = default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="none", version=(5, 10))
+    assert (older, newer) == (round((81_559 - 13_440) / 81_559, 3), round((81_559 - 13_904) / 81_559, 3))
+    assert default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="eagle3", version=(5, 9)) == round(
+        (81_559 - 13_440 - 2_048) / 81_559, 3)
+    assert default_mem_fraction_static(h100, 1, 8192, 256, mla=False, algorithm="eagle3", version=(5, 23)) == round(
+        (81_559 - 13_440 - 4_096) / 81_559, 3)
+
+
+def test_kv_capacity_grows_with_the_older_default(small):
+    """The scenario's sglang_version reaches the default: 0.5.8 keeps the piecewise-graph reserve for the KV cache."""
+    small["server"] = {"tp": 1, "sglang_version": "0.5.8"}
+    older = resolve(parse_scenario(small, "t.yaml"), "t.yaml").kv_capacity_tokens
+    small["server"] = {"tp": 1, "sglang_version": "0.5.10"}
+    newer = resolve(parse_scenario(small, "t.yaml"), "t.yaml").kv_capacity_tokens
+    assert older > newer
 
 
 def test_kv_capacity_is_what_the_static_fraction_leaves_after_weights(small):

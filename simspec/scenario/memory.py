@@ -1,8 +1,9 @@
-"""GPU memory as SGLang 0.5.10 lays it out: its size-dependent defaults, the weights, and the KV cache left.
+"""GPU memory as SGLang lays it out: its size-dependent defaults, the weights, and the KV cache left.
 
-server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp, then
-mem_fraction_static from a reserve for activations, CUDA graphs and the drafter; the KV cache gets what the
-static fraction leaves after the weights, and the running-request cap follows from the KV capacity
+server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp (the same tiers in 0.5.8
+through 0.5.10), then mem_fraction_static from a reserve for activations, CUDA graphs and the drafter, which
+changed between versions (default_mem_fraction_static); the KV cache gets what the static fraction leaves after
+the weights, and the running-request cap follows from the KV capacity
 (model_runner_kv_cache_mixin._resolve_max_num_reqs).
 """
 
@@ -54,7 +55,8 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
         graph_bs = server.cuda_graph_max_bs
     fraction = server.mem_fraction_static
     if fraction is None:
-        fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm)
+        fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm,
+                                               server.version_minor_patch)
     budget = gpu_mib(gpu) * 2**20 * fraction
     if weights >= budget:
         how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
@@ -90,19 +92,29 @@ def _piecewise_graph_sizes(max_tokens: int) -> int:
 
 
 def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: int, mla: bool,
-                                algorithm: str) -> float:
+                                algorithm: str, version: tuple[int, int] = (5, 10)) -> float:
     """SGLang's mem_fraction_static when the user sets none: (memory - reserve) / memory, the reserve in MiB
-    covering attention metadata, prefill activations, CUDA graphs, large-TP padding, piecewise graphs and the
-    drafter (server_args, 0.5.10; data-parallel attention and multimodal adjustments are not modelled)."""
+    covering attention metadata, prefill activations, decode CUDA graphs, large-TP padding, piecewise (prefill)
+    CUDA graphs and the drafter (server_args._handle_gpu_memory_settings; data-parallel attention and
+    multimodal adjustments are not modelled). What changed by version, read from the wheels:
+    - 0.5.8, 0.5.9: piecewise CUDA graphs are off unless --enable-piecewise-cuda-graph, so nothing is reserved
+      for them; an EAGLE-family drafter reserves 2 GiB.
+    - 0.5.10 on: piecewise graphs are on by default and reserve 8 MiB per captured size (a flat 1.5 GiB with
+      MLA), except that _handle_piecewise_cuda_graph, which runs first, turns them off under any speculative
+      algorithm; an EAGLE-family drafter reserves 4 GiB. 0.5.23 restructured this (arg_groups/memory_hook.py)
+      and is approximated by 0.5.10's rule.
+    Either way a standalone draft model reserves 6 GiB and n-gram nothing."""
     mib = gpu_mib(gpu)
     reserve = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
-    reserve += 1.5 * 1024 if mla else _piecewise_graph_sizes(chunk) * 8  # MLA: a flat 1.5 GiB instead
+    piecewise = version >= (5, 10) and algorithm == "none"
+    if piecewise:
+        reserve += 1.5 * 1024 if mla else _piecewise_graph_sizes(chunk) * 8  # MLA: a flat 1.5 GiB instead
     if mib > 60 * 1024:
         reserve = max(reserve, 10 * 1024)
     if algorithm == "standalone":
         reserve += 6 * 1024
     elif algorithm not in ("none", "ngram"):
-        reserve += 4 * 1024
+        reserve += (4 if version >= (5, 10) else 2) * 1024
     return round((mib - reserve) / mib, 3)
 
 
