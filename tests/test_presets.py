@@ -17,7 +17,7 @@ def test_every_preset_loads_and_cites_a_source():
 
 def test_required_presets_exist():
     cat = presets.catalog()
-    for gpu in ("rtx-pro-6000-workstation", "rtx-pro-6000-server", "h100-sxm", "h200-sxm", "b200",
+    for gpu in ("rtx-pro-6000-workstation", "rtx-pro-6000-server", "h100-sxm", "h100-pcie", "h200-sxm", "b200",
                 "a100-80gb-sxm", "l40s", "rtx-4090"):
         assert gpu in cat["gpus"]
     for model in ("kimi-k2.5", "deepseek-v3", "llama-3.1-8b", "llama-3.1-70b", "qwen3-235b-a22b"):
