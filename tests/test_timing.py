@@ -171,7 +171,37 @@ def test_each_touched_expert_runs_a_whole_fused_moe_block():
     dense = sum(max(g.bytes_per_gpu / 4e12, g.flops_per_token * 64 / 10e12) for g in s.groups)
     # one token routed to 8 experts: each runs a 16-row block, 16 x the 8 token-expert pairs' work
     experts = 8 * MOE_BLOCK_ROWS * s.expert_flops_per_token / s.experts_per_token / 10e12
-    assert fm._weights(one)[0] == pytest.approx(dense + experts)
+    # silu_and_mul and moe_sum_reduce move the 8 pairs' activations (w13 out, silu out, w2 out) and the summed row
+    between = 2 * 48 * (8 * 3 * 768 + 8 * 2048 + 2048) / 4e12
+    assert fm._weights(one)[0] == pytest.approx(dense + experts + between)
+
+
+def test_fused_moe_prefill_moves_every_token_expert_pair_at_full_hidden_width():
+    """Qwen3-235B-A22B at TP 8 (94 MoE layers, 128 experts, top-8, hidden 4,096, 192 intermediate columns per GPU)
+    prefilling 8,192 tokens on an H100: by hand, kernel by kernel. The w13 GEMM gathers a 4,096-wide row per
+    (token, expert) pair and writes 384 columns; the w2 GEMM writes a 4,096-wide row per pair, which
+    moe_sum_reduce reads back. These activations, not the 192-column GEMMs' FLOPs, set the time."""
+    s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    fm = ForwardModel(s, presets.gpus()["h100-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
+    t, layers, h, w, pairs = 8192, 94, 4096, 192, 8192 * 8
+    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    touched = distinct_experts(128, 8, t, t, 0.0)
+    assert touched == pytest.approx(128)
+    weights = touched * 3 * h * w * 2 * layers  # BF16
+    flops = pairs * 3 * h * w * 2 * layers
+    bw, peak = 3.35e12, 989e12
+    w13 = max((weights * 2 / 3 + 2 * layers * pairs * (h + 2 * w)) / bw, flops * 2 / 3 / peak)
+    w2 = max((weights / 3 + 2 * layers * pairs * (w + h)) / bw, flops / 3 / peak)
+    between = 2 * layers * (pairs * 3 * w + pairs * h + t * h) / bw
+    compute, roof = fm._moe(shape)
+    assert compute == pytest.approx(w13 + w2 + between)
+    assert compute > 1.5 * max(weights / bw, flops / peak)  # one roofline over the weights alone: far too cheap
+    assert roof == pytest.approx((weights + 2 * layers * (pairs * (2 * h + 6 * w) + t * h)) / bw)
+    # at decode the activations are noise beside the touched experts' weights
+    one = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
+    n1 = distinct_experts(128, 8, 1, 1, 0.0)
+    assert fm._moe(one)[0] == pytest.approx(n1 * 3 * h * w * 2 * layers / bw, rel=0.02)
 
 
 def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():

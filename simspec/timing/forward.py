@@ -110,14 +110,9 @@ class ForwardModel:
             compute += self._time(g.bytes_per_gpu, g.flops_per_token * rows, g.compute)
             roof += g.bytes_per_gpu / self._bw
         if st.num_moe_layers:
-            n = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
-                                 eff.routing_locality)
-            nbytes = n * st.expert_bytes_per_gpu * st.num_moe_layers
-            # each touched expert runs at least one block of rows, however few tokens it got
-            k = st.experts_per_token
-            rows = max(shape.tokens * k, n * MOE_BLOCK_ROWS) / k
-            compute += self._time(nbytes, st.expert_flops_per_token * rows, st.expert_compute)
-            roof += nbytes / self._bw
+            t, r = self._moe(shape)
+            compute += t
+            roof += r
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
             compute += (st.kernels_per_forward * eff.kernel_gap_graph_us
                         + st.small_kernels_per_forward * eff.small_kernel_us) * 1e-6
@@ -132,6 +127,33 @@ class ForwardModel:
         out = (compute, comm_us * 1e-6, roof)
         self._cache[shape] = out
         return out
+
+    def _moe(self, shape: ForwardShape) -> tuple[float, float]:
+        """(compute s, roofline s) of the routed experts, kernel by kernel as SGLang's Triton fused MoE runs them
+        (fused_moe_triton fused_experts_impl): the w13 GEMM, silu_and_mul, the w2 GEMM, moe_sum_reduce.
+
+        Each GEMM pays its own roofline: the touched experts' weights, and the activations of every (token,
+        expert) pair it reads and writes: the w13 kernel gathers each token's hidden state once per routed expert
+        and writes 2 x the per-GPU intermediate width, the w2 kernel writes a full hidden-width row per pair,
+        which moe_sum_reduce reads back to sum the k rows of a token. At decode these activations are a few MB
+        beside the experts' weights; in a prefill of thousands of tokens they outweigh the weights and make the
+        expert GEMMs memory-bound at TP-sliced widths (Qwen3-235B at TP 8: 192 columns of each expert per GPU).
+        Activations are counted once per pair (a tile's re-reads from L2 are free)."""
+        st, eff = self.stack, self.eff
+        layers, k, h = st.num_moe_layers, st.experts_per_token, st.hidden_size
+        n = distinct_experts(st.num_experts, k, shape.real_seqs, shape.real_tokens, eff.routing_locality)
+        width = st.expert_flops_per_token / (6 * h * k * layers)  # intermediate columns of one expert on this GPU
+        weights = n * st.expert_bytes_per_gpu * layers
+        pairs = shape.tokens * k
+        # each touched expert runs at least one block of rows, however few tokens it got
+        rows = max(pairs, n * MOE_BLOCK_ROWS) / k
+        flops = st.expert_flops_per_token * rows
+        a = ACTIVATION_BYTES * layers
+        w13 = self._time(weights * 2 / 3 + a * pairs * (h + 2 * width), flops * 2 / 3, st.expert_compute)
+        w2 = self._time(weights / 3 + a * pairs * (width + h), flops / 3, st.expert_compute)
+        between = a * (pairs * 3 * width + pairs * h + shape.tokens * h)  # silu_and_mul, moe_sum_reduce
+        moved = weights + a * pairs * (2 * h + 6 * width) + a * shape.tokens * h
+        return w13 + w2 + between / (self._bw * eff.memory_bandwidth), moved / self._bw
 
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
