@@ -180,7 +180,8 @@ def test_fused_moe_prefill_moves_every_token_expert_pair_at_full_hidden_width():
     """Qwen3-235B-A22B at TP 8 (94 MoE layers, 128 experts, top-8, hidden 4,096, 192 intermediate columns per GPU)
     prefilling 8,192 tokens on an H100: by hand, kernel by kernel. The w13 GEMM gathers a 4,096-wide row per
     (token, expert) pair and writes 384 columns; the w2 GEMM writes a 4,096-wide row per pair, which
-    moe_sum_reduce reads back. These activations, not the 192-column GEMMs' FLOPs, set the time."""
+    moe_sum_reduce reads back. These activations and the experts' weights, not the 192-column GEMMs' FLOPs, set
+    the time."""
     s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
     curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
     fm = ForwardModel(s, presets.gpus()["h100-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
