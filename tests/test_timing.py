@@ -176,33 +176,83 @@ def test_each_touched_expert_runs_a_whole_fused_moe_block():
     assert fm._weights(one)[0] == pytest.approx(dense + experts + between)
 
 
+def _moe_by_hand(t: int, touched: float, layers: int, h: int, w: int, k: int, weight_b: float, in_b: float):
+    """(kernel, bytes, FLOPs) of Triton's fused MoE over t tokens, written out from the kernels' reads and writes."""
+    pairs = t * k
+    weights = touched * 3 * h * w * weight_b * layers
+    flops = pairs * 3 * h * w * 2 * layers
+    return {
+        "w13": (weights * 2 / 3 + layers * pairs * (in_b * h + 2 * 2 * w), flops * 2 / 3),  # gather h, write 2w
+        "silu_and_mul": (layers * pairs * (2 * 2 * w + 2 * w), 0.0),  # read 2w, write w
+        "w2": (weights / 3 + layers * pairs * (in_b * w + 2 * h), flops / 3),  # read w, write a hidden row
+        "moe_sum_reduce": (layers * (pairs * 2 * h + t * 2 * h), 0.0),  # read k rows, write one per token
+    }
+
+
 def test_fused_moe_prefill_moves_every_token_expert_pair_at_full_hidden_width():
     """Qwen3-235B-A22B at TP 8 (94 MoE layers, 128 experts, top-8, hidden 4,096, 192 intermediate columns per GPU)
-    prefilling 8,192 tokens on an H100: by hand, kernel by kernel. The w13 GEMM gathers a 4,096-wide row per
+    prefilling 8,192 tokens on an H100, kernel by kernel, by hand. The w13 GEMM gathers a 4,096-wide row per
     (token, expert) pair and writes 384 columns; the w2 GEMM writes a 4,096-wide row per pair, which
     moe_sum_reduce reads back. These activations and the experts' weights, not the 192-column GEMMs' FLOPs, set
     the time."""
     s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
     curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
     fm = ForwardModel(s, presets.gpus()["h100-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
-    t, layers, h, w, pairs = 8192, 94, 4096, 192, 8192 * 8
+    t = 8192
     shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
     touched = distinct_experts(128, 8, t, t, 0.0)
     assert touched == pytest.approx(128)
-    weights = touched * 3 * h * w * 2 * layers  # BF16
-    flops = pairs * 3 * h * w * 2 * layers
+    hand = _moe_by_hand(t, touched, layers=94, h=4096, w=192, k=8, weight_b=2, in_b=2)
+    got = {name: (b, f) for name, b, f in fm.moe_kernels(shape)}
+    assert set(got) == set(hand)
+    for name in hand:
+        assert got[name] == pytest.approx(hand[name]), name
     bw, peak = 3.35e12, 989e12
-    w13 = max((weights * 2 / 3 + 2 * layers * pairs * (h + 2 * w)) / bw, flops * 2 / 3 / peak)
-    w2 = max((weights / 3 + 2 * layers * pairs * (w + h)) / bw, flops / 3 / peak)
-    between = 2 * layers * (pairs * 3 * w + pairs * h + t * h) / bw
     compute, roof = fm._moe(shape)
-    assert compute == pytest.approx(w13 + w2 + between)
+    assert compute == pytest.approx(sum(max(b / bw, f / peak) for b, f in hand.values()))
+    assert roof == pytest.approx(sum(b for b, _ in hand.values()) / bw)
+    weights = touched * 3 * 4096 * 192 * 2 * 94
+    flops = t * 8 * 3 * 4096 * 192 * 2 * 94
     assert compute > 1.5 * max(weights / bw, flops / peak)  # one roofline over the weights alone: far too cheap
-    assert roof == pytest.approx((weights + 2 * layers * (pairs * (2 * h + 6 * w) + t * h)) / bw)
     # at decode the activations are noise beside the touched experts' weights
     one = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
     n1 = distinct_experts(128, 8, 1, 1, 0.0)
-    assert fm._moe(one)[0] == pytest.approx(n1 * 3 * h * w * 2 * layers / bw, rel=0.02)
+    assert fm._moe(one)[0] == pytest.approx(n1 * 3 * 4096 * 192 * 2 * 94 / bw, rel=0.02)
+
+
+def test_each_fused_moe_gemm_pays_its_own_roofline():
+    """With tensor throughput set between the two GEMMs' ridge points, the w13 GEMM (two thirds of the FLOPs) is
+    compute-bound while the w2 GEMM (one third) stays memory-bound: the sum of per-kernel maxima, not one max."""
+    s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    t = 1024
+    hand = _moe_by_hand(t, distinct_experts(128, 8, t, t, 0.0), layers=94, h=4096, w=192, k=8, weight_b=2, in_b=2)
+    bw = 3.35e12
+    (b13, f13), (b2, f2) = hand["w13"], hand["w2"]
+    peak = ((f13 * bw / b13) * (f2 * bw / b2)) ** 0.5  # between w2's ridge and w13's
+    assert f13 / peak > b13 / bw and f2 / peak < b2 / bw
+    gpu = presets.gpus()["h100-sxm"].model_copy(update={"bf16_tflops": peak / 1e12})
+    fm = ForwardModel(s, gpu, Collectives(curve, 8, "nvlink"), IDEAL)
+    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    between = (hand["silu_and_mul"][0] + hand["moe_sum_reduce"][0]) / bw
+    assert fm._moe(shape)[0] == pytest.approx(f13 / peak + b2 / bw + between)
+
+
+def test_fp8_experts_read_their_gemm_inputs_in_fp8():
+    """DeepSeek-V3's experts are FP8 (w8a8, 128x128 blocks): fused_moe quantizes each GEMM's input rows, so the
+    w13 gather and the w2 input move one byte per element; outputs stay BF16."""
+    s = target_stack(presets.models()["deepseek-v3"], tp=8)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    fm = ForwardModel(s, presets.gpus()["h200-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
+    t = 4096
+    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    touched = distinct_experts(256, 8, t, t, 0.0)
+    w = 2048 // 8
+    hand = _moe_by_hand(t, touched, layers=58, h=7168, w=w, k=8, weight_b=s.expert_bytes_per_gpu / (3 * 7168 * w),
+                        in_b=1)
+    got = {name: (b, f) for name, b, f in fm.moe_kernels(shape)}
+    for name in hand:
+        assert got[name] == pytest.approx(hand[name]), name
 
 
 def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():

@@ -128,17 +128,19 @@ class ForwardModel:
         self._cache[shape] = out
         return out
 
-    def _moe(self, shape: ForwardShape) -> tuple[float, float]:
-        """(compute s, roofline s) of the routed experts, kernel by kernel as SGLang's Triton fused MoE runs them
-        (fused_moe_triton fused_experts_impl): the w13 GEMM, silu_and_mul, the w2 GEMM, moe_sum_reduce.
+    def moe_kernels(self, shape: ForwardShape) -> list[tuple[str, float, float]]:
+        """(kernel, bytes, FLOPs) of the routed experts in one forward, all MoE layers, as SGLang's Triton fused
+        MoE runs them (fused_moe_triton fused_experts_impl): the w13 GEMM, silu_and_mul, the w2 GEMM,
+        moe_sum_reduce.
 
-        Each GEMM pays its own roofline: the touched experts' weights, and the activations of every (token,
-        expert) pair it reads and writes: the w13 kernel gathers each token's hidden state once per routed expert
-        and writes 2 x the per-GPU intermediate width, the w2 kernel writes a full hidden-width row per pair,
-        which moe_sum_reduce reads back to sum the k rows of a token. At decode these activations are a few MB
-        beside the experts' weights; in a prefill of thousands of tokens they outweigh the weights and make the
-        expert GEMMs memory-bound at TP-sliced widths (Qwen3-235B at TP 8: 192 columns of each expert per GPU).
-        Activations are counted once per pair (a tile's re-reads from L2 are free)."""
+        Each GEMM moves the touched experts' weights (w13 two thirds, w2 one third) and the activations of every
+        (token, expert) pair: the w13 kernel gathers each token's hidden state once per routed expert and writes
+        2 x the per-GPU intermediate width, silu_and_mul halves that, the w2 kernel writes a full hidden-width row
+        per pair, which moe_sum_reduce reads back to sum a token's k rows. At decode these activations are a few
+        MB beside the experts' weights; in a prefill of thousands of tokens they outweigh the weights and make
+        the expert GEMMs memory-bound at TP-sliced widths (Qwen3-235B at TP 8: 192 columns of each expert per
+        GPU). The GEMMs read their inputs in FP8 when the experts are FP8 (fused_moe quantizes A per call);
+        everything else moves BF16. Activations are counted once per pair (a tile's re-reads from L2 are free)."""
         st, eff = self.stack, self.eff
         layers, k, h = st.num_moe_layers, st.experts_per_token, st.hidden_size
         n = distinct_experts(st.num_experts, k, shape.real_seqs, shape.real_tokens, eff.routing_locality)
@@ -146,14 +148,21 @@ class ForwardModel:
         weights = n * st.expert_bytes_per_gpu * layers
         pairs = shape.tokens * k
         # each touched expert runs at least one block of rows, however few tokens it got
-        rows = max(pairs, n * MOE_BLOCK_ROWS) / k
-        flops = st.expert_flops_per_token * rows
-        a = ACTIVATION_BYTES * layers
-        w13 = self._time(weights * 2 / 3 + a * pairs * (h + 2 * width), flops * 2 / 3, st.expert_compute)
-        w2 = self._time(weights / 3 + a * pairs * (width + h), flops / 3, st.expert_compute)
-        between = a * (pairs * 3 * width + pairs * h + shape.tokens * h)  # silu_and_mul, moe_sum_reduce
-        moved = weights + a * pairs * (2 * h + 6 * width) + a * shape.tokens * h
-        return w13 + w2 + between / (self._bw * eff.memory_bandwidth), moved / self._bw
+        flops = st.expert_flops_per_token * max(pairs, n * MOE_BLOCK_ROWS) / k
+        a = ACTIVATION_BYTES * layers  # per element, all layers
+        a_in = (1 if st.expert_compute == "fp8" else ACTIVATION_BYTES) * layers  # a GEMM's input rows
+        return [
+            ("w13", weights * 2 / 3 + pairs * (a_in * h + a * 2 * width), flops * 2 / 3),
+            ("silu_and_mul", pairs * a * 3 * width, 0.0),
+            ("w2", weights / 3 + pairs * (a_in * width + a * h), flops / 3),
+            ("moe_sum_reduce", pairs * a * h + shape.tokens * a * h, 0.0),
+        ]
+
+    def _moe(self, shape: ForwardShape) -> tuple[float, float]:
+        """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline."""
+        kernels = self.moe_kernels(shape)
+        compute = sum(self._time(b, f, self.stack.expert_compute) for _, b, f in kernels)
+        return compute, sum(b for _, b, _ in kernels) / self._bw
 
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
