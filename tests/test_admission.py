@@ -34,7 +34,8 @@ def _tight(small, concurrency=48, requests=96, prompt=128, output=512):
     [output / 4, output], so that requests finish at different times (identical requests in a closed loop stay
     in lockstep, and then the whole-request reservation of each admission round is all that binds)."""
     s = target_stack(presets.models()["llama-3.1-8b"], tp=1)
-    memory = presets.gpus()["h100-sxm"].memory_mib * 2**20
+    startup = presets.default_coefficients()["startup_memory_mib"].value  # in use before SGLang sizes the pool
+    memory = (presets.gpus()["h100-sxm"].memory_mib - startup) * 2**20
     fraction = (s.weight_bytes_per_gpu + 8700 * s.kv_bytes_per_token_per_gpu) / memory
     small["server"] = {"tp": 1, "mem_fraction_static": round(fraction, 6)}
     small["workload"].update(num_requests=requests, arrival={"type": "closed", "concurrency": concurrency},

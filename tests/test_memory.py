@@ -76,8 +76,51 @@ def test_kv_capacity_is_what_the_static_fraction_leaves_after_weights(small):
     from simspec.timing.stack import target_stack
 
     s = target_stack(rs.model, 1)
-    memory = 81_559 * 2**20  # the H100's total as the driver reports it, not its marketed 80e9 bytes
+    # the H100's total as the driver reports it (not its marketed 80e9 bytes), less what is in use when SGLang
+    # measures the free memory it sizes the pool from
+    startup = presets.default_coefficients()["startup_memory_mib"].value
+    assert startup > 0
+    memory = (81_559 - startup) * 2**20
     assert rs.kv_capacity_tokens == int((memory * 0.5 - s.weight_bytes_per_gpu) / s.kv_bytes_per_token_per_gpu)
+
+
+def test_multi_gpu_servers_start_with_more_memory_in_use(small):
+    """With tp > 1 NCCL and the custom all-reduce buffers are in place before SGLang measures: the tp-8
+    coefficient applies, and the pool per GPU follows the same formula."""
+    from simspec.timing.stack import target_stack
+
+    small["model"] = "llama-3.1-70b"
+    small["hardware"] = {"gpu": "h100-sxm", "num_gpus": 8, "interconnect": "nvlink4-nccl"}
+    small["server"] = {"tp": 8, "mem_fraction_static": 0.8}
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    c = presets.default_coefficients()
+    startup = c["startup_memory_multi_gpu_mib"].value
+    assert startup > c["startup_memory_mib"].value
+    s = target_stack(rs.model, 8)
+    memory = (81_559 - startup) * 2**20
+    assert rs.kv_capacity_tokens == int((memory * 0.8 - s.weight_bytes_per_gpu) / s.kv_bytes_per_token_per_gpu)
+
+
+def test_kv_pool_matches_a_logged_sglang_server():
+    """SGLang PR #4760's log (Llama-3.1-8B, one 80 GB Hopper GPU, mem_fraction_static 0.88): 'Load weight
+    begin' found 78.59 GiB free (its weight-end line: 63.48 GiB free, 15.11 GiB used) and the pool got 442,750
+    tokens. Given that free memory, simspec's pool is within 0.5% of it (the loader holds ~0.15 GiB beyond the
+    weights simspec counts)."""
+    from simspec.scenario.memory import plan_memory
+    from simspec.scenario.schema import Server
+    from simspec.timing.stack import target_stack
+
+    gpu = presets.gpus()["h100-sxm"]
+    model = presets.models()["llama-3.1-8b"]
+    target = target_stack(model, 1)
+    startup = gpu.memory_mib - 78.59 * 1024
+    plan = plan_memory(gpu, "llama-3.1-8b", model, target, None, Server(tp=1, mem_fraction_static=0.88),
+                       "none", "t.yaml", startup)
+    assert plan.kv_capacity_tokens == pytest.approx(442_750, rel=0.005)
+    # without the startup memory the pool would be ~2% larger than the server's
+    plain = plan_memory(gpu, "llama-3.1-8b", model, target, None, Server(tp=1, mem_fraction_static=0.88),
+                        "none", "t.yaml")
+    assert plain.kv_capacity_tokens > 442_750 * 1.015
 
 
 def test_k25_with_a_drafter_fits_sglangs_default_fraction_on_96_gb_with_less_kv(small):

@@ -359,7 +359,8 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     # memory: weights and KV cache per GPU under TP
     target = target_stack(model, tp)
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
-    mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file)
+    startup = coefficients["startup_memory_mib" if tp == 1 else "startup_memory_multi_gpu_mib"].value
+    mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file, startup)
     if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
         _check_draft_step_time(profile, profile_path, dstack, gpu)
 

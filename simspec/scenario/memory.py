@@ -43,9 +43,11 @@ class MemoryPlan:
 
 
 def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Stack, draft: Stack | None,
-                server: Server, algorithm: str, file: str) -> MemoryPlan:
+                server: Server, algorithm: str, file: str, startup_mib: float = 0.0) -> MemoryPlan:
     """SGLang's memory defaults for this box, and what they leave for the KV cache; InputError if the weights
-    do not fit."""
+    do not fit. startup_mib: memory already in use when SGLang measures the free memory the KV cache is sized
+    from (model_runner_kv_cache_mixin.profile_max_num_token): the pool is (total - startup) x
+    mem_fraction_static - weights, while the default fraction itself is computed from the total."""
     tp = server.tp
     weights = target.weight_bytes_per_gpu + (draft.weight_bytes_per_gpu if draft else 0.0)
     chunk, graph_bs = tier_defaults(gpu, tp)
@@ -57,12 +59,13 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
     if fraction is None:
         fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm,
                                                server.version_minor_patch)
-    budget = gpu_mib(gpu) * 2**20 * fraction
+    budget = (gpu_mib(gpu) - startup_mib) * 2**20 * fraction
     if weights >= budget:
         how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
         raise InputError(f"{model_name} does not fit: {weights / 1e9:.1f} GB of weights per GPU at tp {tp}"
-                         f" (drafter included) vs {budget / 1e9:.1f} GB usable ({gpu.memory_mib:,} MiB x"
-                         f" mem_fraction_static {fraction:g}, {how}); raise tp, pick a larger GPU or raise"
+                         f" (drafter included) vs {budget / 1e9:.1f} GB usable (({gpu.memory_mib:,} MiB -"
+                         f" {startup_mib:,.0f} MiB in use at startup) x mem_fraction_static {fraction:g}, {how});"
+                         " raise tp, pick a larger GPU or raise"
                          " server.mem_fraction_static", file=file, key="model")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (draft.kv_bytes_per_token_per_gpu if draft else 0.0)
     kv_capacity = int((budget - weights) / kv_per_token)
