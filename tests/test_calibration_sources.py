@@ -59,6 +59,7 @@ def test_log_058_eagle3(tmp_path):
     assert points[4].throughput_tokens_per_s == pytest.approx(4 * points[4].tokens_per_s)
     assert len(m.accept_lengths) == 11 and all(1.4 < a < 1.6 for a in m.accept_lengths)
     assert any("sglang-0.5.8-eagle3-tp8.log" in x and "11 decode lines" in x for x in m.sources)
+    assert m.server.startup_free_gib == 93.21  # the smallest over the eight ranks' 'Load weight begin' lines
     assert not any("skipped" in x for x in m.sources)
     _roundtrip(m, tmp_path)
 
@@ -70,6 +71,7 @@ def test_log_0510_no_speculation_ms_timestamps_tp1(tmp_path):
         "none", 1, 256, True)
     assert {st.batch_size: round(st.seconds * 1e3, 2) for st in m.step_times} == {1: 6.3, 8: 7.1}
     assert m.accept_lengths == [] and all(p.accept_length is None for p in m.throughput)
+    assert m.server.startup_free_gib == 78.50  # 'Load weight begin. avail mem=78.50 GB'
     decodes, args, prefills, skipped = parse_log_lines(path)
     assert args["model_path"] == "meta-llama/Llama-3.1-8B-Instruct" and prefills == 8 and not skipped
     first = decodes[0]

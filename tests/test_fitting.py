@@ -108,3 +108,23 @@ def test_what_the_server_did_not_say_is_asked_for(change, needle):
 def test_nothing_to_fit_is_an_error():
     with pytest.raises(InputError, match="nothing to fit"):
         fit(Measurements(server=_server()), BOX, name="x")
+
+
+def test_the_memory_in_use_at_startup_comes_from_the_log():
+    """A server log's 'Load weight begin. avail mem=' sets startup_memory_mib (tp 1) or
+    startup_memory_multi_gpu_mib (tp > 1) from the GPU's total; a figure above that total is refused with a note."""
+    m = _measurements(TRUTH, batches=(1, 2))
+    m.server = m.server.model_copy(update={"startup_free_gib": 78.5})
+    f = fit(m, BOX, name="t", bootstrap=0)
+    c = f.profile.coefficients["startup_memory_mib"]
+    assert c.value == pytest.approx(81_559 - 78.5 * 1024, abs=0.1)
+    assert "avail mem=78.50" in c.source and "startup_memory_multi_gpu_mib" not in f.profile.coefficients
+    m.server = m.server.model_copy(update={"startup_free_gib": 90.0})  # more than an 80 GB H100 holds
+    f = fit(m, BOX, name="t", bootstrap=0)
+    assert "startup_memory_mib" not in f.profile.coefficients
+    assert any("exceeds" in n for n in f.notes)
+    m8 = _measurements(TRUTH, batches=(1, 2), tp=8)
+    m8.server = m8.server.model_copy(update={"startup_free_gib": 77.43})
+    f8 = fit(m8, dataclasses.replace(BOX, num_gpus=8), name="t", bootstrap=0)
+    in_use = f8.profile.coefficients["startup_memory_multi_gpu_mib"].value
+    assert in_use == pytest.approx(81_559 - 77.43 * 1024, abs=0.1)

@@ -359,6 +359,9 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
         fitted = _with(base, dict(zip(names, best, strict=True)), what)
         for o in obs:
             residual_rows.append((o.batch_size, o.seconds * 1e3, modelled_step_ms(fitted, o.batch_size, context)))
+    startup = _startup_memory(meas, base, today, notes)
+    if startup is not None:
+        coefficients[startup[0]] = startup[1]
     profile = Profile(
         name=name,
         description=f"measured on {host or meas.server.host or 'an SGLang server'} by simspec calibrate",
@@ -375,6 +378,24 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
                           if draft_ms is not None else None),
     )
     return Fit(profile, scenario, parameters, residual_rows, notes)
+
+
+def _startup_memory(meas: Measurements, rs: ResolvedScenario, today: str,
+                    notes: list[str]) -> tuple[str, Coefficient] | None:
+    """The memory in use before SGLang sized its KV cache, from the log's free memory at startup and the GPU's
+    total: startup_memory_mib (tp 1) or startup_memory_multi_gpu_mib (tp > 1)."""
+    free = meas.server.startup_free_gib
+    if free is None:
+        return None
+    in_use = rs.gpu.memory_mib - free * 1024
+    if in_use < 0:
+        notes.append(f"the log's free memory at startup ({free:.2f} GiB) exceeds the {rs.gpu.display_name}'s"
+                     f" {rs.gpu.memory_mib:,} MiB: another GPU type? startup memory not set")
+        return None
+    name = "startup_memory_mib" if rs.scenario.server.tp == 1 else "startup_memory_multi_gpu_mib"
+    return name, Coefficient(value=round(in_use, 1), source=(
+        f"measured by simspec calibrate ({today}): 'Load weight begin. avail mem={free:.2f} GB' in the server log"
+        f" on a {rs.gpu.memory_mib:,} MiB {rs.gpu.display_name}"))
 
 
 def _draft_step_ms(meas: Measurements, rs: ResolvedScenario) -> float | None:

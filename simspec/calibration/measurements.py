@@ -34,6 +34,9 @@ class ServerDescription(_Record):
     attention_backend: str | None = None
     ngram: dict[str, float | int | str] = Field(default_factory=dict)
     host: str | None = None
+    # GiB free when SGLang measured the memory its KV cache is sized from (after CUDA and NCCL start): the log's
+    # 'Load weight begin. avail mem=' line, the smallest over ranks (model_runner.init_torch_distributed)
+    startup_free_gib: float | None = None
     raw: dict = Field(default_factory=dict)  # every field the server sent, for provenance
 
 

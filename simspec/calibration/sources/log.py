@@ -22,6 +22,10 @@ The prefix is `[%Y-%m-%d %H:%M:%S{ms} {ranks}] ` (srt/utils/common.py `configure
 SGLANG_LOG_MS=1, ranks ` DP{d}`, ` PP{p}`, ` ATTN_CP{c}`, ` MOE_DP{m}`, ` TP{t}`, ` EP{e}` each only when that
 parallelism is on (no ranks at all with TP 1; srt/managers/scheduler.py). Ray actors put `(Actor pid=N)` first.
 `Prefill batch, ...` lines (same files) mark the intervals a prefill interrupted.
+
+Each rank also logs `Load weight begin. avail mem=78.59 GB` (srt/model_executor/model_runner.py `load_model`, the
+same text in 0.5.8, 0.5.10 and 0.5.23; "GB" are GiB): the memory free after CUDA and NCCL start, which the KV
+cache is sized from (model_runner_kv_cache_mixin.profile_max_num_token).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ _DECODE = re.compile(r"Decode batch(?: \[(?P<iter>\d+)\])?,\s*(?P<body>.*?)\s*$"
 _RANK = re.compile(r"\b(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+\b")
 _SERVER_ARGS = re.compile(r"server_args=(?=ServerArgs\(|\{)")
 _PAIR = re.compile(r"^(?P<key>[^:]+?):\s*(?P<value>\S.*?)$")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<gib>\d+(?:\.\d+)?) GB")
 
 
 @dataclass
@@ -163,6 +168,13 @@ def parse_log_lines(path: str | Path) -> tuple[list[DecodeLine], dict | None, in
     return decodes, server_args, prefills, skipped
 
 
+def startup_free_gib(path: str | Path) -> float | None:
+    """The smallest `Load weight begin. avail mem=X GB` over the log's ranks (the figure SGLang sizes the KV cache
+    from), or None when the log has no such line."""
+    values = [float(m.group("gib")) for line in open_text(path) if (m := _LOAD_BEGIN.search(line)) is not None]
+    return min(values) if values else None
+
+
 def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None) -> Measurements:
     """Read an SGLang server log (plain or .gz) into Measurements.
 
@@ -193,6 +205,9 @@ def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None)
     if decode_log_interval is None:
         interval = args.get("decode_log_interval") if args else None
         decode_log_interval = interval if isinstance(interval, int) and interval > 0 else DEFAULT_DECODE_LOG_INTERVAL
+    free = startup_free_gib(path)
+    if free is not None:
+        server = server.model_copy(update={"startup_free_gib": free})
     if server.cuda_graph is None and any(d.cuda_graph is not None for d in decodes):
         server = server.model_copy(update={"cuda_graph": any(d.cuda_graph for d in decodes)})
 
@@ -221,7 +236,9 @@ def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None)
 
     accept_lengths = [d.accept_len for d in decodes if d.accept_len and d.accept_len > 0]
     sources = [f"{src}: {len(decodes)} decode lines ({len(clean)} clean intervals), {prefills} prefill lines"
-               f"{', server_args' if args is not None else ''}; accept_lengths are per-line interval means"]
+               f"{', server_args' if args is not None else ''}"
+               f"{f', startup free memory {free:.2f} GiB' if free is not None else ''}"
+               "; accept_lengths are per-line interval means"]
     if skipped:
         sources.append(skipped_note(src, skipped))
     return Measurements(server=server, step_times=step_times, throughput=throughput,
