@@ -2,8 +2,8 @@
 
 server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp (the same tiers in 0.5.8
 through 0.5.10), then mem_fraction_static from a reserve for activations, CUDA graphs and the drafter, which
-changed between versions (default_mem_fraction_static); the KV cache gets what the static fraction leaves after
-the weights, and the running-request cap follows from the KV capacity
+changed between versions (default_mem_fraction_static); the KV cache gets what that fraction of the memory free
+at startup leaves after the weights, and the running-request cap follows from the KV capacity
 (model_runner_kv_cache_mixin._resolve_max_num_reqs).
 """
 
