@@ -288,6 +288,15 @@ def test_profile_with_the_retired_per_layer_coefficient_names_its_replacement(tm
                       "kernel_gap_graph_us", "small_kernel_us")
 
 
+def test_profile_with_implausible_startup_memory_names_the_profile(tmp_path, scenario):
+    """A profile claiming most of the GPU in use before SGLang sizes its KV cache (M1's box: tp 8, 97,887 MiB)."""
+    _write(tmp_path, {"name": "p", "coefficients": {"startup_memory_multi_gpu_mib": {"value": 30000, "source": "x"}}},
+           "profile.yaml")
+    scenario["calibration"] = "profile.yaml"
+    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml",
+                      "coefficients.startup_memory_multi_gpu_mib", "allowed: 0 to 24,472 MiB")
+
+
 @pytest.mark.parametrize("profile, key", [
     ({"name": "p", "all_reduce": {"measured_gpus": 8, "points_bytes_us": [[256, float("nan")]], "source": "x"}},
      "all_reduce"),

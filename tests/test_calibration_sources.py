@@ -320,3 +320,21 @@ def test_metrics_errors(tmp_path):
     assert "--enable-metrics" in e.value.message
     samples, dropped = parse_metrics_text("# TYPE sglang:x gauge\nsglang:x NaN\nsglang:y 2\n")
     assert samples == {"sglang:y": 2.0} and dropped == 1
+
+
+def test_startup_free_memory_is_each_ranks_first_load_and_the_smallest_rank(tmp_path):
+    """SGLang sizes the KV cache from the smallest free memory over ranks after CUDA/NCCL start; the draft model's
+    runner logs its own 'Load weight begin' later, after the target's KV cache took the memory, and must not
+    count."""
+    lines = (DATA / "sglang-0.5.8-eagle3-tp8.log").read_text().splitlines()
+    out = []
+    for line in lines:
+        if "TP3] Load weight begin" in line:
+            line = line.replace("avail mem=93.21", "avail mem=92.87")  # one rank starts with less free
+        out.append(line)
+    # the draft worker's loads, after the target's memory pool
+    out += [f"[2026-01-12 09:16:40 TP{r}] Load weight begin. avail mem=9.80 GB" for r in range(8)]
+    log = tmp_path / "with-draft.log"
+    log.write_text("\n".join(out) + "\n")
+    m = read_decode_log(log)
+    assert m.server.startup_free_gib == 92.87

@@ -112,7 +112,8 @@ def test_nothing_to_fit_is_an_error():
 
 def test_the_memory_in_use_at_startup_comes_from_the_log():
     """A server log's 'Load weight begin. avail mem=' sets startup_memory_mib (tp 1) or
-    startup_memory_multi_gpu_mib (tp > 1) from the GPU's total; a figure above that total is refused with a note."""
+    startup_memory_multi_gpu_mib (tp > 1) from the GPU's total; a figure above that total, or one leaving more than
+    a quarter of the GPU in use (a log from another GPU type), is refused with a note."""
     m = _measurements(TRUTH, batches=(1, 2))
     m.server = m.server.model_copy(update={"startup_free_gib": 78.5})
     f = fit(m, BOX, name="t", bootstrap=0)
@@ -122,7 +123,10 @@ def test_the_memory_in_use_at_startup_comes_from_the_log():
     m.server = m.server.model_copy(update={"startup_free_gib": 90.0})  # more than an 80 GB H100 holds
     f = fit(m, BOX, name="t", bootstrap=0)
     assert "startup_memory_mib" not in f.profile.coefficients
-    assert any("exceeds" in n for n in f.notes)
+    assert any("outside 0 to 25%" in n for n in f.notes)
+    m.server = m.server.model_copy(update={"startup_free_gib": 40.0})  # 40 GiB in use: not this GPU's log
+    f = fit(m, BOX, name="t", bootstrap=0)
+    assert "startup_memory_mib" not in f.profile.coefficients
     m8 = _measurements(TRUTH, batches=(1, 2), tp=8)
     m8.server = m8.server.model_copy(update={"startup_free_gib": 77.43})
     f8 = fit(m8, dataclasses.replace(BOX, num_gpus=8), name="t", bootstrap=0)

@@ -133,3 +133,19 @@ def test_k25_with_a_drafter_fits_sglangs_default_fraction_on_96_gb_with_less_kv(
     assert 0 < default.kv_capacity_tokens < raised.kv_capacity_tokens / 2
     with pytest.raises(InputError, match="does not fit.*mem_fraction_static 0.7, set by the scenario"):
         load_scenario(SCENARIOS / "eagle3.yaml", ["server.mem_fraction_static=0.7"])
+
+
+def test_a_profile_sets_the_memory_in_use_at_startup(small, tmp_path):
+    """A calibration profile's startup_memory_mib replaces the default in the KV sizing."""
+    import yaml
+
+    from simspec.timing.stack import target_stack
+
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(
+        {"name": "p", "coefficients": {"startup_memory_mib": {"value": 3000, "source": "a log"}}}))
+    small["server"] = {"tp": 1, "mem_fraction_static": 0.5}
+    small["calibration"] = "p.yaml"
+    rs = resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
+    s = target_stack(rs.model, 1)
+    assert rs.kv_capacity_tokens == int(((81_559 - 3000) * 2**20 * 0.5 - s.weight_bytes_per_gpu)
+                                        / s.kv_bytes_per_token_per_gpu)

@@ -32,8 +32,8 @@ from scipy.optimize import least_squares
 from simspec import presets
 from simspec.calibration.measurements import Measurements, RequestRecord, StepTime
 from simspec.errors import InputError
+from simspec.scenario.loader import STARTUP_MEMORY_LIMIT, ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.loader import Coefficient as ResolvedCoefficient
-from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.profile import Coefficient, CollectiveCurve, MeasuredOn, Profile, Provenance
 from simspec.timing.iteration import IterationModel
 
@@ -388,9 +388,11 @@ def _startup_memory(meas: Measurements, rs: ResolvedScenario, today: str,
     if free is None:
         return None
     in_use = rs.gpu.memory_mib - free * 1024
-    if in_use < 0:
-        notes.append(f"the log's free memory at startup ({free:.2f} GiB) exceeds the {rs.gpu.display_name}'s"
-                     f" {rs.gpu.memory_mib:,} MiB: another GPU type? startup memory not set")
+    if not 0 <= in_use < rs.gpu.memory_mib * STARTUP_MEMORY_LIMIT:
+        notes.append(f"the log's free memory at startup ({free:.2f} GiB) leaves {in_use:,.0f} MiB in use on the"
+                     f" {rs.gpu.display_name}'s {rs.gpu.memory_mib:,} MiB, outside 0 to"
+                     f" {STARTUP_MEMORY_LIMIT:.0%} of it: another GPU type, or another process on the GPU?"
+                     " startup memory not set")
         return None
     name = "startup_memory_mib" if rs.scenario.server.tp == 1 else "startup_memory_multi_gpu_mib"
     return name, Coefficient(value=round(in_use, 1), source=(

@@ -31,6 +31,7 @@ WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCau
 WIDE_TREE_AUTO = (5, 4, 8)
 DEFAULT_AUTO = (3, 1, 4)
 SUPPORTED_VERSIONS = ((5, 8), (5, 23))  # SGLang 0.5.8 through 0.5.23 (sglang.md)
+STARTUP_MEMORY_LIMIT = 0.25  # startup_memory_*: at most this share of the GPU (public logs show 1-3 GiB)
 V2_DEFAULT_FROM = (5, 23)  # v2 speculative workers (and overlap) are the default from 0.5.23 (sglang.md)
 
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NGRAM (sglang.md)
@@ -359,7 +360,13 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     # memory: weights and KV cache per GPU under TP
     target = target_stack(model, tp)
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
-    startup = coefficients["startup_memory_mib" if tp == 1 else "startup_memory_multi_gpu_mib"].value
+    startup_key = "startup_memory_mib" if tp == 1 else "startup_memory_multi_gpu_mib"
+    startup = coefficients[startup_key].value
+    if startup >= gpu.memory_mib * STARTUP_MEMORY_LIMIT:
+        raise InputError(f"{startup:,.0f} MiB in use at startup leaves too little of the {gpu.display_name}'s"
+                         f" {gpu.memory_mib:,} MiB; allowed: 0 to {gpu.memory_mib * STARTUP_MEMORY_LIMIT:,.0f} MiB"
+                         f" ({STARTUP_MEMORY_LIMIT:.0%} of it; public logs show 1-3 GiB)",
+                         file=profile_path or file, key=f"coefficients.{startup_key}")
     mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file, startup)
     if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
         _check_draft_step_time(profile, profile_path, dstack, gpu)

@@ -169,10 +169,16 @@ def parse_log_lines(path: str | Path) -> tuple[list[DecodeLine], dict | None, in
 
 
 def startup_free_gib(path: str | Path) -> float | None:
-    """The smallest `Load weight begin. avail mem=X GB` over the log's ranks (the figure SGLang sizes the KV cache
-    from), or None when the log has no such line."""
-    values = [float(m.group("gib")) for line in open_text(path) if (m := _LOAD_BEGIN.search(line)) is not None]
-    return min(values) if values else None
+    """The smallest over ranks of each rank's FIRST `Load weight begin. avail mem=X GB` (the target model's: the
+    figure SGLang sizes the KV cache from), or None when the log has no such line. A draft model's runner logs its
+    own line later (eagle_worker.py loads it after the target's weights and KV cache), with far less free."""
+    first: dict[str, float] = {}
+    for line in open_text(path):
+        m = _LOAD_BEGIN.search(line)
+        if m is not None:
+            rank, _ = _prefix(line[:m.start()])
+            first.setdefault(rank, float(m.group("gib")))
+    return min(first.values()) if first else None
 
 
 def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None) -> Measurements:
