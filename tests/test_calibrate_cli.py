@@ -17,6 +17,11 @@ DATA = ROOT / "tests" / "data" / "sglang"
 BOX = ["--gpu", "h100-sxm", "--interconnect", "nvlink4-nccl", "--model", "llama-3.1-8b"]
 
 
+@pytest.fixture(autouse=True)
+def _timed(no_long_gc_pauses):
+    """These tests time a live fake server in this process (tests/conftest.py no_long_gc_pauses)."""
+
+
 def _calibrate(args: list[str]) -> tuple[int, dict | str]:
     res = CliRunner().invoke(main, ["calibrate", *args])
     if res.exit_code != 0:

@@ -40,6 +40,12 @@ from simspec.calibration.measurements import Measurements, RequestRecord
 from simspec.errors import InputError
 from tests.fake_sglang import VERSIONS, FakeSGLang, Faults
 
+
+@pytest.fixture(autouse=True)
+def _timed(no_long_gc_pauses):
+    """These tests time a live fake server in this process (tests/conftest.py no_long_gc_pauses)."""
+
+
 FAST = {"progress": False, "warmup": 0, "backoff_s": 0.01, "timeout": 5.0}
 
 
