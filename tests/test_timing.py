@@ -189,24 +189,32 @@ def _moe_by_hand(t: int, touched: float, layers: int, h: int, w: int, k: int, we
     }
 
 
+def _prefill_model(model: str, gpu, tp: int, t: int) -> tuple[ForwardModel, ForwardShape]:
+    """A forward model with ideal efficiencies and flat collectives, and a t-token prefill shape."""
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    fm = ForwardModel(target_stack(presets.models()[model], tp=tp), gpu, Collectives(curve, tp, "nvlink"), IDEAL)
+    return fm, ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+
+
+def _assert_kernels_match(fm: ForwardModel, shape: ForwardShape, hand: dict) -> None:
+    got = {name: (b, f) for name, b, f in fm.moe_kernels(shape)}
+    assert set(got) == set(hand)
+    for name in hand:
+        assert got[name] == pytest.approx(hand[name]), name
+
+
 def test_fused_moe_prefill_moves_every_token_expert_pair_at_full_hidden_width():
     """Qwen3-235B-A22B at TP 8 (94 MoE layers, 128 experts, top-8, hidden 4,096, 192 intermediate columns per GPU)
     prefilling 8,192 tokens on an H100, kernel by kernel, by hand. The w13 GEMM gathers a 4,096-wide row per
     (token, expert) pair and writes 384 columns; the w2 GEMM writes a 4,096-wide row per pair, which
     moe_sum_reduce reads back. These activations and the experts' weights, not the 192-column GEMMs' FLOPs, set
     the time."""
-    s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
-    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
-    fm = ForwardModel(s, presets.gpus()["h100-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
     t = 8192
-    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    fm, shape = _prefill_model("qwen3-235b-a22b", presets.gpus()["h100-sxm"], 8, t)
     touched = distinct_experts(128, 8, t, t, 0.0)
     assert touched == pytest.approx(128)
     hand = _moe_by_hand(t, touched, layers=94, h=4096, w=192, k=8, weight_b=2, in_b=2)
-    got = {name: (b, f) for name, b, f in fm.moe_kernels(shape)}
-    assert set(got) == set(hand)
-    for name in hand:
-        assert got[name] == pytest.approx(hand[name]), name
+    _assert_kernels_match(fm, shape, hand)
     bw, peak = 3.35e12, 989e12
     compute, roof = fm._moe(shape)
     assert compute == pytest.approx(sum(max(b / bw, f / peak) for b, f in hand.values()))
@@ -223,8 +231,6 @@ def test_fused_moe_prefill_moves_every_token_expert_pair_at_full_hidden_width():
 def test_each_fused_moe_gemm_pays_its_own_roofline():
     """With tensor throughput set between the two GEMMs' ridge points, the w13 GEMM (two thirds of the FLOPs) is
     compute-bound while the w2 GEMM (one third) stays memory-bound: the sum of per-kernel maxima, not one max."""
-    s = target_stack(presets.models()["qwen3-235b-a22b"], tp=8)
-    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
     t = 1024
     hand = _moe_by_hand(t, distinct_experts(128, 8, t, t, 0.0), layers=94, h=4096, w=192, k=8, weight_b=2, in_b=2)
     bw = 3.35e12
@@ -232,8 +238,7 @@ def test_each_fused_moe_gemm_pays_its_own_roofline():
     peak = ((f13 * bw / b13) * (f2 * bw / b2)) ** 0.5  # between w2's ridge and w13's
     assert f13 / peak > b13 / bw and f2 / peak < b2 / bw
     gpu = presets.gpus()["h100-sxm"].model_copy(update={"bf16_tflops": peak / 1e12})
-    fm = ForwardModel(s, gpu, Collectives(curve, 8, "nvlink"), IDEAL)
-    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    fm, shape = _prefill_model("qwen3-235b-a22b", gpu, 8, t)
     between = (hand["silu_and_mul"][0] + hand["moe_sum_reduce"][0]) / bw
     assert fm._moe(shape)[0] == pytest.approx(f13 / peak + b2 / bw + between)
 
@@ -241,18 +246,12 @@ def test_each_fused_moe_gemm_pays_its_own_roofline():
 def test_fp8_experts_read_their_gemm_inputs_in_fp8():
     """DeepSeek-V3's experts are FP8 (w8a8, 128x128 blocks): fused_moe quantizes each GEMM's input rows, so the
     w13 gather and the w2 input move one byte per element; outputs stay BF16."""
-    s = target_stack(presets.models()["deepseek-v3"], tp=8)
-    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
-    fm = ForwardModel(s, presets.gpus()["h200-sxm"], Collectives(curve, 8, "nvlink"), IDEAL)
     t = 4096
-    shape = ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+    fm, shape = _prefill_model("deepseek-v3", presets.gpus()["h200-sxm"], 8, t)
     touched = distinct_experts(256, 8, t, t, 0.0)
     w = 2048 // 8
-    hand = _moe_by_hand(t, touched, layers=58, h=7168, w=w, k=8, weight_b=s.expert_bytes_per_gpu / (3 * 7168 * w),
-                        in_b=1)
-    got = {name: (b, f) for name, b, f in fm.moe_kernels(shape)}
-    for name in hand:
-        assert got[name] == pytest.approx(hand[name]), name
+    weight_b = fm.stack.expert_bytes_per_gpu / (3 * 7168 * w)
+    _assert_kernels_match(fm, shape, _moe_by_hand(t, touched, layers=58, h=7168, w=w, k=8, weight_b=weight_b, in_b=1))
 
 
 def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():
