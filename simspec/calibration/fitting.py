@@ -32,7 +32,13 @@ from scipy.optimize import least_squares
 from simspec import presets
 from simspec.calibration.measurements import Measurements, RequestRecord, StepTime
 from simspec.errors import InputError
-from simspec.scenario.loader import STARTUP_MEMORY_LIMIT, ResolvedScenario, parse_scenario, resolve
+from simspec.scenario.loader import (
+    STARTUP_MEMORY_LIMIT,
+    ResolvedScenario,
+    parse_scenario,
+    resolve,
+    startup_memory_key,
+)
 from simspec.scenario.loader import Coefficient as ResolvedCoefficient
 from simspec.scenario.profile import Coefficient, CollectiveCurve, MeasuredOn, Profile, Provenance
 from simspec.timing.iteration import IterationModel
@@ -394,8 +400,7 @@ def _startup_memory(meas: Measurements, rs: ResolvedScenario, today: str,
                      f" {STARTUP_MEMORY_LIMIT:.0%} of it: another GPU type, or another process on the GPU?"
                      " startup memory not set")
         return None
-    name = "startup_memory_mib" if rs.scenario.server.tp == 1 else "startup_memory_multi_gpu_mib"
-    return name, Coefficient(value=round(in_use, 1), source=(
+    return startup_memory_key(rs.scenario.server.tp), Coefficient(value=round(in_use, 1), source=(
         f"measured by simspec calibrate ({today}): 'Load weight begin. avail mem={free:.2f} GB' in the server log"
         f" on a {rs.gpu.memory_mib:,} MiB {rs.gpu.display_name}"))
 

@@ -37,6 +37,11 @@ V2_DEFAULT_FROM = (5, 23)  # v2 speculative workers (and overlap) are the defaul
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # --speculative-num-draft-tokens default for NGRAM (sglang.md)
 
 
+def startup_memory_key(tp: int) -> str:
+    """The coefficient for the memory in use before SGLang sizes its KV cache: NCCL adds to it with tp > 1."""
+    return "startup_memory_mib" if tp == 1 else "startup_memory_multi_gpu_mib"
+
+
 @dataclass(frozen=True, slots=True)
 class Coefficient:
     value: float
@@ -360,7 +365,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     # memory: weights and KV cache per GPU under TP
     target = target_stack(model, tp)
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
-    startup_key = "startup_memory_mib" if tp == 1 else "startup_memory_multi_gpu_mib"
+    startup_key = startup_memory_key(tp)
     startup = coefficients[startup_key].value
     if startup >= gpu.memory_mib * STARTUP_MEMORY_LIMIT:
         raise InputError(f"{startup:,.0f} MiB in use at startup leaves too little of the {gpu.display_name}'s"
