@@ -72,7 +72,7 @@ def test_log_0510_no_speculation_ms_timestamps_tp1(tmp_path):
     assert {st.batch_size: round(st.seconds * 1e3, 2) for st in m.step_times} == {1: 6.3, 8: 7.1}
     assert m.accept_lengths == [] and all(p.accept_length is None for p in m.throughput)
     assert m.server.startup_free_gib == 78.50  # 'Load weight begin. avail mem=78.50 GB'
-    decodes, args, prefills, skipped = parse_log_lines(path)
+    decodes, args, prefills, skipped, _ = parse_log_lines(path)
     assert args["model_path"] == "meta-llama/Llama-3.1-8B-Instruct" and prefills == 8 and not skipped
     first = decodes[0]
     assert first.rank == "" and first.time.microsecond == 77000 and not first.clean  # carries the prefill
@@ -120,7 +120,7 @@ def test_log_prefixes_ray_actor_and_gzip(tmp_path):
     p = tmp_path / "server.log.gz"
     with gzip.open(p, "wt") as fh:
         fh.write("\n".join(lines) + "\n")
-    decodes, args, prefills, _ = parse_log_lines(p)
+    decodes, args, prefills, _, _ = parse_log_lines(p)
     assert decodes[0].rank == "(SchedulerActor pid=4242) DP0 TP0" and prefills == 1 and args is None
     m = read_decode_log(p)
     assert [(st.batch_size, st.seconds) for st in m.step_times] == [(2, pytest.approx(0.01))]

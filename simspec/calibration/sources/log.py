@@ -135,16 +135,26 @@ def _decode_line(n: int, line: str, idx: int) -> DecodeLine:
                       queue=queue if isinstance(queue, int) else None, cuda_graph=graph, fields=fields)
 
 
-def parse_log_lines(path: str | Path) -> tuple[list[DecodeLine], dict | None, int, list[tuple[str, str]]]:
-    """(decode lines, server args or None, prefill lines, skipped malformed lines as (where, why))."""
+def parse_log_lines(path: str | Path
+                    ) -> tuple[list[DecodeLine], dict | None, int, list[tuple[str, str]], float | None]:
+    """(decode lines, server args or None, prefill lines, skipped malformed lines as (where, why), free memory at
+    startup in GiB or None).
+
+    The free memory at startup is the smallest over ranks of each rank's FIRST `Load weight begin. avail mem=X GB`
+    (the target model's: the figure SGLang sizes the KV cache from). A draft model's runner logs its own line later
+    (eagle_worker.py loads it after the target's weights and KV cache), with far less free."""
     file = str(path)
     decodes: list[DecodeLine] = []
     server_args: dict | None = None
     prefills = 0
     skipped: list[tuple[str, str]] = []
     last_kind: dict[str, tuple[str, int]] = {}  # rank -> ("decode", batch) | ("prefill", 0)
+    first_free: dict[str, float] = {}  # rank -> its first 'Load weight begin' free memory, GiB
     for n, line in enumerate(open_text(path), start=1):
-        if "Decode batch" in line:
+        if (m := _LOAD_BEGIN.search(line)) is not None:
+            rank, _ = _prefix(line[:m.start()])
+            first_free.setdefault(rank, float(m.group("gib")))
+        elif "Decode batch" in line:
             idx = line.index("Decode batch")
             try:
                 d = _decode_line(n, line, idx)
@@ -165,20 +175,7 @@ def parse_log_lines(path: str | Path) -> tuple[list[DecodeLine], dict | None, in
                 server_args = parse_server_args_text(text, file=file, key=f"line {n}")
             except InputError as err:
                 skipped.append((f"line {n}", err.message))
-    return decodes, server_args, prefills, skipped
-
-
-def startup_free_gib(path: str | Path) -> float | None:
-    """The smallest over ranks of each rank's FIRST `Load weight begin. avail mem=X GB` (the target model's: the
-    figure SGLang sizes the KV cache from), or None when the log has no such line. A draft model's runner logs its
-    own line later (eagle_worker.py loads it after the target's weights and KV cache), with far less free."""
-    first: dict[str, float] = {}
-    for line in open_text(path):
-        m = _LOAD_BEGIN.search(line)
-        if m is not None:
-            rank, _ = _prefix(line[:m.start()])
-            first.setdefault(rank, float(m.group("gib")))
-    return min(first.values()) if first else None
+    return decodes, server_args, prefills, skipped, min(first_free.values()) if first_free else None
 
 
 def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None) -> Measurements:
@@ -201,7 +198,7 @@ def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None)
     a log with neither a readable decode line nor server arguments is an InputError.
     """
     file = str(path)
-    decodes, args, prefills, skipped = parse_log_lines(path)
+    decodes, args, prefills, skipped, free = parse_log_lines(path)
     if not decodes and args is None:
         where, why = skipped[0] if skipped else ("file", "")
         raise InputError("no SGLang decode-log line ('Decode batch, #running-req: N, ..., gen throughput "
@@ -211,7 +208,6 @@ def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None)
     if decode_log_interval is None:
         interval = args.get("decode_log_interval") if args else None
         decode_log_interval = interval if isinstance(interval, int) and interval > 0 else DEFAULT_DECODE_LOG_INTERVAL
-    free = startup_free_gib(path)
     if free is not None:
         server = server.model_copy(update={"startup_free_gib": free})
     if server.cuda_graph is None and any(d.cuda_graph is not None for d in decodes):
