@@ -39,12 +39,18 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
         out["draft_forward_ms"] = f"{d.value:g} (profile {rs.profile.name}: {d.source})"
     out["gpu"] = rs.gpu.source
     out["model"] = rs.model.source
+    from simspec.presets import kernel_counts
     from simspec.timing.stack import target_stack
 
-    stack = target_stack(rs.model, rs.scenario.server.tp)
+    srv = rs.scenario.server
+    stack = target_stack(rs.model, srv.tp, version=srv.version_minor_patch)
+    release = kernel_counts().releases.get(f"0.{srv.version_minor_patch[0]}.{srv.version_minor_patch[1]}")
+    read = f"SGLang 0.5.10's model code{', with ' + release.source if release else ''}"
+    copies = (f", {stack.small_kernels_from_batch_2:g} small copies more from batch 2"
+              if stack.small_kernels_from_batch_2 else "")
     out["kernel_counts"] = (f"{stack.kernels_per_forward:g} kernels per target decode forward, "
-                            f"{stack.small_kernels_per_forward:g} of them small (presets/kernels.yaml: read from "
-                            f"SGLang 0.5.10's model code)")
+                            f"{stack.small_kernels_per_forward:g} of them small{copies} (presets/kernels.yaml:"
+                            f" read from {read})")
     if rs.drafter is not None:
         out["drafter"] = rs.drafter.source
     acc = rs.scenario.acceptance

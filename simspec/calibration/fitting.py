@@ -241,14 +241,16 @@ def max_drafts_of(s: Any) -> int:
 
 
 def _supported_version(v: str) -> str:
-    """The scenario schema models 0.5.8-0.5.23; an exact version in that range is kept."""
+    """calibrate reads servers of 0.5.8-0.5.23 (their log, metric and argument formats); an exact version in that
+    range is kept."""
     parts = v.split(".")
     try:
         minor, patch = int(parts[1]), int(parts[2].split("rc")[0].split("+")[0])
     except (IndexError, ValueError):
         raise InputError(f"server version {v!r} is not a release version 0.5.N", key="version") from None
     if (minor, patch) < (5, 8) or (minor, patch) > (5, 23):
-        raise InputError(f"SGLang {v} is outside the versions simspec models (0.5.8 to 0.5.23)", key="version")
+        raise InputError(f"SGLang {v} is outside the versions simspec calibrate reads (0.5.8 to 0.5.23)",
+                         key="version")
     return f"0.{minor}.{patch}"
 
 

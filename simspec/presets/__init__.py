@@ -183,17 +183,29 @@ class KernelCount(BaseModel):
     small: int = Field(ge=0)
 
 
+PartName = Literal["norms", "gqa_attention", "qk_norm", "mla_attention", "dense_mlp", "moe", "shared_experts"]
+
+
+class KernelRelease(BaseModel):
+    """An SGLang release whose kernels differ from the per_layer counts (kernels.yaml `releases`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_layer: dict[PartName, KernelCount] = {}  # replaces per_layer's count for that part
+    small_from_batch_2: dict[PartName, int] = {}  # small copies a part adds once a batch holds 2+ sequences
+    source: str
+
+
 class KernelCounts(BaseModel):
     """Kernels SGLang launches per decode forward, by part of the model (kernels.yaml)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    per_layer: dict[Literal["norms", "gqa_attention", "qk_norm", "mla_attention", "dense_mlp", "moe",
-                            "shared_experts"], KernelCount]
+    per_layer: dict[PartName, KernelCount]
     fp8_quant_per_linear: dict[Literal["gqa_attention", "mla_attention", "dense_mlp", "moe", "shared_experts"],
                                int]
     per_forward: KernelCount
     heads: dict[Literal["eagle", "eagle3", "mtp"], KernelCount]
     qk_norm_architectures: list[str]
+    releases: dict[str, KernelRelease] = {}  # "0.4.6": counts of that release
 
 
 @cache

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from simspec import presets
 from simspec.errors import InputError
+from simspec.scenario import releases
 from simspec.scenario.memory import plan_memory
 from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, relative_to_scenario, validation_error
@@ -30,7 +31,6 @@ from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario
 WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 WIDE_TREE_AUTO = (5, 4, 8)
 DEFAULT_AUTO = (3, 1, 4)
-SUPPORTED_VERSIONS = ((5, 8), (5, 23))  # SGLang 0.5.8 through 0.5.23 (sglang.md)
 STARTUP_MEMORY_LIMIT = 0.25  # startup_memory_*: at most this share of the GPU (public logs show 1-3 GiB)
 V2_DEFAULT_FROM = (5, 23)  # v2 speculative workers (and overlap) are the default from 0.5.23 (sglang.md)
 
@@ -170,6 +170,9 @@ def _overlap(sc: Scenario, topk: int, file: str) -> tuple[bool, bool]:
     elif alg == "ngram":
         supported, v2 = new, False
     else:
+        if srv.spec_v2 and releases.is_early(srv.version_minor_patch):
+            raise InputError(f"SGLang {srv.sglang_version} has no v2 speculative workers; allowed: false or unset",
+                             file=file, key="server.spec_v2")
         v2 = srv.spec_v2 if srv.spec_v2 is not None else new
         if v2 and topk != 1:
             if srv.spec_v2:
@@ -327,10 +330,14 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     from simspec.timing.stack import draft_stack, target_stack  # imported here: timing imports this module
 
     file = path
-    low, high = SUPPORTED_VERSIONS
-    if not low <= sc.server.version_minor_patch <= high:
-        raise InputError(f"SGLang {sc.server.sglang_version} is not modelled; allowed: 0.{low[0]}.{low[1]} through"
-                         f" 0.{high[0]}.{high[1]}", file=file, key="server.sglang_version")
+    version = sc.server.version_minor_patch
+    if not releases.is_modelled(version):
+        raise InputError(f"SGLang {sc.server.sglang_version} is not modelled; allowed: {releases.MODELLED_TEXT}",
+                         file=file, key="server.sglang_version")
+    algorithms = releases.speculative_algorithms(version)
+    if algorithms is not None and sc.speculative.algorithm not in algorithms:
+        raise InputError(f"SGLang {sc.server.sglang_version} has no {sc.speculative.algorithm} speculative decoding;"
+                         f" allowed there: {', '.join(algorithms)}", file=file, key="speculative.algorithm")
     gpu = _lookup(presets.gpus(), sc.hardware.gpu, "GPU preset", file, "hardware.gpu")
     ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
                  "hardware.interconnect")

@@ -4,7 +4,9 @@ server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory an
 through 0.5.10), then mem_fraction_static from a reserve for activations, CUDA graphs and the drafter, which
 changed between versions (default_mem_fraction_static); the KV cache gets what that fraction of the memory free
 at startup leaves after the weights, and the running-request cap follows from the KV capacity
-(model_runner_kv_cache_mixin._resolve_max_num_reqs).
+(model_runner_kv_cache_mixin._resolve_max_num_reqs). The 0.4 releases simspec models (releases.py) had simpler
+rules, kept in early_tier_defaults and early_mem_fraction_static; the pool and the request cap follow the
+same formulas there (0.4.4 / 0.4.6.post1 model_runner.init_memory_pool, managers/tp_worker.py).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from typing import TYPE_CHECKING
 
 from simspec.errors import InputError
 from simspec.presets import GpuPreset, ModelPreset
+from simspec.scenario import releases
 from simspec.scenario.schema import Server
 
 if TYPE_CHECKING:
     from simspec.timing.stack import Stack
-
-SPEC_DEFAULT_MAX_RUNNING = 48  # any speculative algorithm sets max_running_requests = 48 unless set
 
 # GPU memory in MiB below which (chunked_prefill_size, cuda_graph_max_bs if tp < 4, cuda_graph_max_bs if
 # tp >= 4) apply (server_args._handle_gpu_memory_settings)
@@ -49,16 +50,20 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
     from (model_runner_kv_cache_mixin.profile_max_num_token): the pool is (total - startup) x
     mem_fraction_static - weights, while the default fraction itself is computed from the total."""
     tp = server.tp
+    version = server.version_minor_patch
+    early = releases.is_early(version)
     weights = target.weight_bytes_per_gpu + (draft.weight_bytes_per_gpu if draft else 0.0)
-    chunk, graph_bs = tier_defaults(gpu, tp)
+    chunk, graph_bs = early_tier_defaults(gpu, tp, version) if early else tier_defaults(gpu, tp)
     if server.chunked_prefill_size is not None:
         chunk = server.chunked_prefill_size
     if server.cuda_graph_max_bs is not None:
         graph_bs = server.cuda_graph_max_bs
     fraction = server.mem_fraction_static
-    if fraction is None:
+    if fraction is None and early:
+        fraction = early_mem_fraction_static(gpu, tp, version)
+    elif fraction is None:
         fraction = default_mem_fraction_static(gpu, tp, chunk, graph_bs, model.attention.kind == "mla", algorithm,
-                                               server.version_minor_patch)
+                                               version)
     budget = (gpu_mib(gpu) - startup_mib) * 2**20 * fraction
     if weights >= budget:
         how = "set by the scenario" if server.mem_fraction_static is not None else "SGLang's default here"
@@ -69,7 +74,10 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
                          " server.mem_fraction_static", file=file, key="model")
     kv_per_token = target.kv_bytes_per_token_per_gpu + (draft.kv_bytes_per_token_per_gpu if draft else 0.0)
     kv_capacity = int((budget - weights) / kv_per_token)
-    mrr = max_running_requests(server.max_running_requests, algorithm != "none", kv_capacity, model.context_length)
+    requested = server.max_running_requests
+    if requested is None and algorithm != "none":
+        requested = releases.spec_default_max_running(version)
+    mrr = max_running_requests(requested, kv_capacity, model.context_length)
     return MemoryPlan(chunk, graph_bs, fraction, weights, kv_capacity, mrr)
 
 
@@ -121,13 +129,36 @@ def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: i
     return round((mib - reserve) / mib, 3)
 
 
-def max_running_requests(requested: int | None, speculative: bool, kv_capacity: int, context_length: int) -> int:
+def max_running_requests(requested: int | None, kv_capacity: int, context_length: int) -> int:
     """SGLang's cap on running requests: a pool of capacity / context_length x 512 requests, clamped to
-    [2048, 4096]; without a user setting also at most capacity // 2. Speculation sets 48 unless the user
-    set it (server_args)."""
+    [2048, 4096]; without a setting (the user's, or the one a speculative server makes: releases.py) also at
+    most capacity // 2."""
     pool = max(min(int(kv_capacity / context_length * 512), 4096), 2048)
-    if requested is None and speculative:
-        requested = SPEC_DEFAULT_MAX_RUNNING
     if requested is not None:
         return max(1, min(requested, pool))
     return max(1, min(pool, kv_capacity // 2))
+
+
+EARLY_SMALL_GPU_MIB = 25_000  # 0.4.x: below this, chunked_prefill_size 2048 and cuda_graph_max_bs 8 / 80
+EARLY_TP_FRACTIONS = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # tp at least -> fraction
+
+
+def early_tier_defaults(gpu: GpuPreset, tp: int, version: tuple[int, int]) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) in 0.4.4 / 0.4.6 (server_args.__post_init__): 2048 and 8 (tp < 4)
+    or 80 below 25,000 MiB, else 8192 and 160. 0.4.6 sets no cap above 25,000 MiB; its capture list then ends
+    at 160, or 256 on GPUs above 81,920 MiB (cuda_graph_runner.get_batch_sizes_to_capture)."""
+    if gpu_mib(gpu) < EARLY_SMALL_GPU_MIB:
+        return 2048, 8 if tp < 4 else 80
+    if version == (4, 6) and gpu_mib(gpu) > 81920:
+        return 8192, 256
+    return 8192, 160
+
+
+def early_mem_fraction_static(gpu: GpuPreset, tp: int, version: tuple[int, int]) -> float:
+    """mem_fraction_static in 0.4.4 / 0.4.6 (server_args.__post_init__), whatever the drafter: 0.79 / 0.81 / 0.85 /
+    0.87 / 0.88 for tp >= 16 / 8 / 4 / 2 / 1; 0.4.6 keeps these tiers up to 81,920 MiB and above that leaves
+    13 GiB free: (memory - 13,312 MiB) / memory."""
+    mib = gpu_mib(gpu)
+    if version == (4, 6) and mib > 81920:
+        return (mib - 13 * 1024) / mib
+    return next(f for least, f in EARLY_TP_FRACTIONS if tp >= least)

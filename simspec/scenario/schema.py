@@ -6,10 +6,11 @@ tree) live in loader.py, which knows the presets; this module only checks what a
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from simspec.scenario.releases import MODELLED_TEXT, VERSION_PATTERN, minor_patch
 
 Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
@@ -38,7 +39,8 @@ class Server(StrictModel):
     """SGLang server settings that change the time of an iteration."""
 
     tp: StrictInt = Field(ge=1, le=64, description="tensor-parallel degree")
-    sglang_version: str = Field(default="0.5.10", pattern=r"^0\.5\.\d+$")
+    sglang_version: str = Field(default="0.5.10", pattern=VERSION_PATTERN,
+                                description="modelled: " + MODELLED_TEXT + " (simspec/scenario/releases.py)")
     cuda_graph: bool = True
     cuda_graph_max_bs: StrictInt | None = Field(default=None, ge=1, le=4096,
                                                 description="None = SGLang's default for the GPU memory and tp")
@@ -56,9 +58,7 @@ class Server(StrictModel):
 
     @property
     def version_minor_patch(self) -> tuple[int, int]:
-        m = re.match(r"^0\.(\d+)\.(\d+)$", self.sglang_version)
-        assert m is not None  # guaranteed by the field pattern
-        return int(m.group(1)), int(m.group(2))
+        return minor_patch(self.sglang_version)  # the field pattern guarantees the form
 
 
 class NgramSettings(StrictModel):

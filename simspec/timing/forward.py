@@ -114,8 +114,9 @@ class ForwardModel:
             compute += t
             roof += r
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
-            compute += (st.kernels_per_forward * eff.kernel_gap_graph_us
-                        + st.small_kernels_per_forward * eff.small_kernel_us) * 1e-6
+            copies = st.small_kernels_from_batch_2 if shape.num_seqs >= 2 else 0.0
+            compute += ((st.kernels_per_forward + copies) * eff.kernel_gap_graph_us
+                        + (st.small_kernels_per_forward + copies) * eff.small_kernel_us) * 1e-6
         else:  # host-bound: Python dispatch and launches per layer
             compute += eff.layer_overhead_eager_us * st.num_layers * 1e-6
         # the per-launch (graph replay) overhead is the caller's

@@ -17,6 +17,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from simspec.scenario import releases
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardCost, ForwardModel, ForwardShape
@@ -74,6 +75,27 @@ def captured_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
     return sizes if max_bs in sizes else sorted(sizes + [max_bs])
 
 
+def early_captured_batch_sizes(version: tuple[int, int], speculative: bool, max_bs: int, request_pool: int,
+                               gpu_mib: float) -> list[int]:
+    """The CUDA-graph batch sizes of 0.4.4 / 0.4.6 (cuda_graph_runner.get_batch_sizes_to_capture), at most max_bs
+    and the request pool (max_running_requests + 1 slots; its last two sizes are added when the list goes past
+    it).
+    - 0.4.4: 1, 2, 4, then 8-160 step 8 without speculation; with EAGLE only 1-32, and EAGLE turns CUDA-graph
+      padding off, so every other batch size runs eagerly (every size up to 32 is in the list).
+    - 0.4.6: 1, 2, 4, 8, then 16-160 step 8 without speculation; with it 1-8, 10-32 step 2, 40-152 step 16,
+      padded as usual; both lists gain 160-256 step 8 on GPUs above 81,920 MiB."""
+    if version == (4, 4):
+        sizes = list(range(1, 33)) if speculative else [1, 2, 4] + list(range(8, 161, 8))
+    else:
+        sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 161, 16)) if speculative
+                 else [1, 2, 4, 8] + list(range(16, 161, 8)))
+        if gpu_mib > 81920:
+            sizes += list(range(160, 257, 8))
+    if max(sizes) > request_pool:
+        sizes += [request_pool - 1, request_pool]
+    return [s for s in sorted(set(sizes)) if s <= request_pool and s <= max_bs]
+
+
 class IterationModel:
     def __init__(self, rs: ResolvedScenario):
         self.rs = rs
@@ -86,11 +108,19 @@ class IterationModel:
             layer_overhead_eager_us=c("layer_overhead_eager_us"),
         )
         self.collectives = Collectives(rs.all_reduce, tp, rs.interconnect.link)
-        self.target = ForwardModel(target_stack(rs.model, tp), rs.gpu, self.collectives, self.eff)
-        dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp)
-        self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self.eff) if dstack else None
         srv = rs.scenario.server
-        self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative) if srv.cuda_graph else []
+        version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
+        self.target = ForwardModel(target_stack(rs.model, tp, version=version), rs.gpu, self.collectives, self.eff)
+        dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
+        self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self.eff) if dstack else None
+        if not srv.cuda_graph:
+            self._graph_sizes: list[int] = []
+        elif releases.is_early(version):
+            self._graph_sizes = early_captured_batch_sizes(version, rs.speculative, rs.cuda_graph_max_bs,
+                                                           rs.max_running_requests + 1, rs.gpu.memory_mib)
+        else:
+            self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative)
+        self._eager_draft_extend = releases.is_early(version)
         self._launch_ms = self.eff.forward_overhead_ms
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
@@ -138,10 +168,14 @@ class IterationModel:
         rows = []
         measured_draft = self.rs.profile.draft_forward_ms if self.rs.profile is not None else None
         for fm, is_draft, repeats, q, logits, extend in forwards:
-            shape = ForwardShape(num_seqs=pbs, tokens=pbs * q, real_seqs=bs, real_tokens=bs * q,
-                                 logit_tokens=pbs * logits, graph=graph, extend=extend)
+            # 0.4.x runs the draft's extend after a verify eagerly (eagle_worker.forward_draft_extend_after_decode
+            # calls the draft ModelRunner, which captured no graph)
+            in_graph = graph and not (extend and self._eager_draft_extend)
+            fbs = pbs if in_graph else bs
+            shape = ForwardShape(num_seqs=fbs, tokens=fbs * q, real_seqs=bs, real_tokens=bs * q,
+                                 logit_tokens=fbs * logits, graph=in_graph, extend=extend)
             compute, comm, roof, kv_rate, attn_rate, roof_kv_rate = fm.fixed_and_rates(shape)
-            launch = self._launch_ms * (1 if graph else repeats)
+            launch = self._launch_ms * (1 if in_graph else repeats)
             if is_draft and not extend and measured_draft is not None:
                 # a profiled draft step: its measured time replaces compute, communication and launch alike
                 compute, comm, kv_rate, attn_rate, launch = measured_draft.value, 0.0, 0.0, 0.0, 0.0

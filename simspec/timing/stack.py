@@ -19,6 +19,7 @@ WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
     "int4-g32": (0.5 + 2.0 / 32, "bf16"),  # W4A16: one bf16 scale per 32 weights, bf16 math (Marlin)
 }
 ACTIVATION_BYTES = 2  # bf16 activations, KV cache and collective payloads
+DEFAULT_RELEASE = (5, 10)  # SGLang release whose kernels a stack launches unless told (presets/kernels.yaml)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Stack:
     total_params: float  # whole model, unsharded
     kernels_per_forward: float = 0.0  # kernels one decode forward launches (presets/kernels.yaml)
     small_kernels_per_forward: float = 0.0  # of which move almost no bytes (norms, rotary, quant, top-k...)
+    small_kernels_from_batch_2: float = 0.0  # small copies added once a forward holds 2+ sequences (0.4.x)
 
     @property
     def all_reduces_per_forward(self) -> int:
@@ -86,21 +88,29 @@ def _fp8(fmt: str) -> bool:
     return fmt in ("fp8", "fp8-block128")
 
 
-def _count_parts(parts: list[tuple[str, int, str | None]]) -> tuple[int, int]:
-    """(kernels, small kernels) of `parts`, each (model part in kernels.yaml per_layer, layers, weight format or
-    None): one activation-quantisation kernel more per linear of FP8 weights (fp8_quant_per_linear)."""
+def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int]) -> tuple[int, int, int]:
+    """(kernels, small kernels, small copies from batch 2) of `parts`, each (model part in kernels.yaml
+    per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
+    counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
+    FP8 weights (fp8_quant_per_linear)."""
     kc = kernel_counts()
-    kernels = small = 0
+    release = kc.releases.get(f"0.{version[0]}.{version[1]}")
+    kernels = small = copies = 0
     for part, layers, fmt in parts:
         count = kc.per_layer[part]  # type: ignore[index]
+        if release is not None:
+            count = release.per_layer.get(part, count)  # type: ignore[call-overload]
+            copies += release.small_from_batch_2.get(part, 0) * layers  # type: ignore[call-overload]
         quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
         kernels += (count.kernels + quant) * layers
         small += (count.small + quant) * layers
-    return kernels, small
+    return kernels, small, copies
 
 
-def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int) -> tuple[int, int]:
-    """(kernels, small kernels) of one decode forward of `model`'s stack, from presets/kernels.yaml."""
+def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
+                  version: tuple[int, int]) -> tuple[int, int, int]:
+    """(kernels, small kernels, small copies from batch 2) of one decode forward of `model`'s stack, from
+    presets/kernels.yaml."""
     kc = kernel_counts()
     w = model.weights
     moe_layers = num_layers - num_dense_layers
@@ -112,8 +122,8 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int) ->
         parts.append(("qk_norm", num_layers, None))
     if model.num_shared_experts:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
-    kernels, small = _count_parts(parts)
-    return kernels + kc.per_forward.kernels, small + kc.per_forward.small
+    kernels, small, copies = _count_parts(parts, version)
+    return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
 
 
 def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
@@ -121,7 +131,9 @@ def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
     return rep + shard
 
 
-def target_stack(model: ModelPreset, tp: int, *, name: str | None = None) -> Stack:
+def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
+                 version: tuple[int, int] = DEFAULT_RELEASE) -> Stack:
+    """`model` on one GPU of a tp group; `version` is the SGLang release whose kernels it launches."""
     h = model.hidden_size
     w = model.weights
     rep, shard, kv, aflops = _attention(model.attention, h, tp)
@@ -154,7 +166,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None) -> Sta
              + (model.num_routed_experts + model.num_shared_experts) * 3 * h * model.moe_intermediate_size
              * moe_layers
              + model.vocab_size * h * (1 if model.tie_word_embeddings else 2))
-    kernels, small = _kernel_count(model, L, model.num_dense_layers)
+    kernels, small, copies = _kernel_count(model, L, model.num_dense_layers, version)
     return Stack(
         name=name or model.display_name, tp=tp, num_layers=L, hidden_size=h, logits_vocab=model.vocab_size,
         groups=tuple(groups), num_moe_layers=moe_layers, num_experts=model.num_routed_experts,
@@ -162,10 +174,11 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None) -> Sta
         expert_flops_per_token=2 * expert_params * model.experts_per_token * moe_layers, expert_compute=ec,
         kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
         total_params=total, kernels_per_forward=kernels, small_kernels_per_forward=small,
+        small_kernels_from_batch_2=copies,
     )
 
 
-def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
+def eagle_stack(d: DrafterPreset, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack:
     """One Llama-style decoder layer + fc over concatenated target hidden states + draft LM head."""
     h = d.hidden_size
     b, c = _fmt(d.weights)
@@ -194,7 +207,8 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
     total = shard1 + 3 * h * d.intermediate_size + d.draft_vocab_size * h + fc
     # one Llama decoder layer, the head, and what llama_eagle.py / llama_eagle3.py add (kernels.yaml heads)
     kc = kernel_counts()
-    kernels, small = _count_parts([("norms", 1, None), ("gqa_attention", 1, d.weights), ("dense_mlp", 1, d.weights)])
+    kernels, small, copies = _count_parts([("norms", 1, None), ("gqa_attention", 1, d.weights),
+                                           ("dense_mlp", 1, d.weights)], version)
     for extra in (kc.per_forward, kc.heads[d.algorithm]):
         kernels += extra.kernels
         small += extra.small
@@ -203,16 +217,16 @@ def eagle_stack(d: DrafterPreset, tp: int) -> Stack:
         groups=groups, num_moe_layers=0, num_experts=0, experts_per_token=0, expert_bytes_per_gpu=0.0,
         expert_flops_per_token=0.0, expert_compute=c, kv_bytes_per_token_per_gpu=kv,
         attn_flops_per_pair=aflops, weight_bytes_per_gpu=stored, total_params=total,
-        kernels_per_forward=kernels, small_kernels_per_forward=small,
+        kernels_per_forward=kernels, small_kernels_per_forward=small, small_kernels_from_batch_2=copies,
     )
 
 
-def mtp_stack(model: ModelPreset, tp: int) -> Stack:
+def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack:
     """A NextN/MTP head: one decoder layer of the target's own kind (MoE if the target is), eh_proj (2h -> h,
     replicated) and the target's full-vocabulary LM head, shared with the target (DeepSeek-V3 style)."""
     one = model.model_copy(update={"num_layers": 1, "num_dense_layers": 0 if model.num_moe_layers else 1,
                                    "tie_word_embeddings": True})
-    base = target_stack(one, tp, name=f"MTP head of {model.display_name}")
+    base = target_stack(one, tp, name=f"MTP head of {model.display_name}", version=version)
     b, c = _fmt(model.weights.attention)
     eh = 2 * model.hidden_size * model.hidden_size
     groups = base.groups + (WeightGroup("eh_proj", eh * b, 2 * eh, c),)
@@ -230,15 +244,16 @@ def mtp_stack(model: ModelPreset, tp: int) -> Stack:
         # + eh_proj's GEMM, the enorm / hnorm of the embedding and the hidden state, their concat (kernels.yaml)
         kernels_per_forward=base.kernels_per_forward + head.kernels,
         small_kernels_per_forward=base.small_kernels_per_forward + head.small,
+        small_kernels_from_batch_2=base.small_kernels_from_batch_2,
     )
 
 
 def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None,
-                draft_model: ModelPreset | None, tp: int) -> Stack | None:
+                draft_model: ModelPreset | None, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack | None:
     if algorithm in ("eagle", "eagle3") and drafter is not None:
-        return eagle_stack(drafter, tp)
+        return eagle_stack(drafter, tp, version)
     if algorithm == "mtp":
-        return mtp_stack(model, tp)
+        return mtp_stack(model, tp, version)
     if algorithm == "standalone" and draft_model is not None:
-        return target_stack(draft_model, tp)
+        return target_stack(draft_model, tp, version=version)
     return None

@@ -1,0 +1,153 @@
+"""The SGLang 0.4 releases simspec models (scenario/releases.py): what each changes, by hand from their wheels."""
+
+from __future__ import annotations
+
+import pytest
+
+from simspec import presets
+from simspec.errors import InputError
+from simspec.scenario.loader import parse_scenario, resolve
+from simspec.scenario.memory import early_mem_fraction_static
+from simspec.timing.iteration import IterationModel, early_captured_batch_sizes
+from simspec.timing.stack import eagle_stack, target_stack
+
+
+def _resolve(d: dict):
+    return resolve(parse_scenario(d, "t.yaml"), "t.yaml")
+
+
+def _eagle(small: dict, version: str, **server) -> dict:
+    small["server"] = {"tp": 1, "sglang_version": version, **server}
+    small["speculative"] = {"algorithm": "eagle", "drafter": "eagle-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"accept_length": 1.5}
+    return small
+
+
+def test_only_read_releases_are_modelled(small):
+    for version in ("0.4.4", "0.4.6", "0.4.6.post1", "0.5.8", "0.5.23"):
+        small["server"] = {"tp": 1, "sglang_version": version}
+        _resolve(small)
+    for version in ("0.4.5", "0.4.7", "0.5.7", "0.5.24"):
+        small["server"] = {"tp": 1, "sglang_version": version}
+        with pytest.raises(InputError) as err:
+            _resolve(small)
+        assert err.value.key == "server.sglang_version" and "0.4.4, 0.4.6" in str(err.value)
+
+
+def test_early_releases_run_only_their_own_algorithms(small):
+    small["server"] = {"tp": 1, "sglang_version": "0.4.4"}
+    small["speculative"] = {"algorithm": "ngram"}
+    small["acceptance"] = {"accept_length": 1.5}
+    with pytest.raises(InputError) as err:
+        _resolve(small)
+    assert err.value.key == "speculative.algorithm" and "none, eagle, mtp" in str(err.value)
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b"}
+    with pytest.raises(InputError):  # EAGLE3 arrived in 0.4.6
+        _resolve(small)
+    small["server"]["sglang_version"] = "0.4.6.post1"
+    assert _resolve(small).speculative
+    small["server"]["spec_v2"] = True
+    with pytest.raises(InputError) as err:
+        _resolve(small)
+    assert err.value.key == "server.spec_v2"
+
+
+def test_eagle_in_0_4_4_graphs_batches_up_to_32_and_runs_larger_ones_eagerly(small):
+    """get_batch_sizes_to_capture (0.4.4): speculative -> 1..32; EAGLE turns padding off; the baseline keeps
+    1, 2, 4, 8..160 step 8."""
+    rs = _resolve(_eagle(small, "0.4.4", max_running_requests=64))
+    m = IterationModel(rs)
+    assert m._graph_sizes == list(range(1, 33))
+    assert m.padded(32) == (32, True) and m.padded(33) == (33, False) and m.padded(48) == (48, False)
+    small.pop("speculative"), small.pop("acceptance")
+    base = IterationModel(_resolve(small))  # 64 running requests: a pool of 65 slots cuts the list
+    assert base._graph_sizes == [1, 2, 4] + list(range(8, 65, 8)) + [65]
+    assert base.padded(48) == (48, True) and base.padded(50) == (56, True)
+    # an eager verify pays per-layer dispatch (60 us x 32 layers) where a graph pays its kernel boundaries and
+    # small kernels (~1.0 ms): one request more costs ~0.9 ms more across the edge of the list
+    step = m.decode(33, 33 * 300).verify_compute_ms - m.decode(32, 32 * 300).verify_compute_ms
+    within = m.decode(32, 32 * 300).verify_compute_ms - m.decode(31, 31 * 300).verify_compute_ms
+    assert step > 0.5 and within < 0.1
+
+
+def test_0_4_6_capture_list_and_its_request_pool():
+    """0.4.6: speculative 1-8, 10-32 step 2, 40-152 step 16 (+160-256 step 8 above 81,920 MiB); the pool of
+    max_running_requests + 1 slots cuts the list and adds its last two sizes."""
+    assert early_captured_batch_sizes((4, 6), True, 160, 49, 81_559) == (
+        list(range(1, 9)) + list(range(10, 33, 2)) + [40, 48, 49])
+    big = early_captured_batch_sizes((4, 6), False, 256, 4097, 97_871)
+    assert big[:6] == [1, 2, 4, 8, 16, 24] and big[-1] == 256 and 168 in big
+    assert early_captured_batch_sizes((4, 4), True, 160, 21, 81_559) == list(range(1, 22))
+
+
+def test_eagle_defaults_of_the_early_releases(small):
+    """max_running_requests under EAGLE: 32 in 0.4.4, 48 in 0.4.6; mem_fraction_static by tp only, with no
+    drafter reserve (0.4.4), and (memory - 13 GiB) / memory on GPUs above 81,920 MiB (0.4.6)."""
+    assert _resolve(_eagle(small, "0.4.4")).max_running_requests == 32
+    assert _resolve(_eagle(small, "0.4.6")).max_running_requests == 48
+    h100, h200 = presets.gpus()["h100-sxm"], presets.gpus()["h200-sxm"]
+    assert [early_mem_fraction_static(h100, tp, (4, 4)) for tp in (1, 2, 4, 8, 16)] == [0.88, 0.87, 0.85, 0.81,
+                                                                                         0.79]
+    assert early_mem_fraction_static(h100, 8, (4, 6)) == 0.81
+    assert early_mem_fraction_static(h200, 8, (4, 6)) == pytest.approx((h200.memory_mib - 13312) / h200.memory_mib)
+    assert early_mem_fraction_static(h200, 8, (4, 4)) == 0.81
+
+
+def test_early_kv_pool_follows_its_static_fraction(small):
+    """The pool is (free at startup x fraction - weights) / KV bytes per token, with 0.4.4's 0.88 at tp 1."""
+    small["server"] = {"tp": 1, "sglang_version": "0.4.4"}
+    rs = _resolve(small)
+    stack = target_stack(rs.model, 1)
+    startup = rs.coefficient("startup_memory_mib")
+    budget = (rs.gpu.memory_mib - startup) * 2**20 * 0.88
+    assert rs.kv_capacity_tokens == int((budget - stack.weight_bytes_per_gpu) / stack.kv_bytes_per_token_per_gpu)
+
+
+def test_0_4_6_qwen3_launches_more_small_kernels():
+    """0.4.6.post1 by hand: q_norm and k_norm as two RMSNorms (+1), K and V stored by two index_puts (+1) in every
+    layer; an MoE layer's gating cast, renormalising sum and divide, sorted-id fill (+4); from batch 2 the q / k
+    reshapes copy (+2 per layer). All of them small."""
+    models = presets.models()
+    for name, extra in (("qwen3-8b", 2), ("qwen3-30b-a3b", 6)):
+        m = models[name]
+        new, old = target_stack(m, 1), target_stack(m, 1, version=(4, 6))
+        assert old.kernels_per_forward - new.kernels_per_forward == extra * m.num_layers
+        assert old.small_kernels_per_forward - new.small_kernels_per_forward == extra * m.num_layers
+        assert (old.small_kernels_from_batch_2, new.small_kernels_from_batch_2) == (2 * m.num_layers, 0)
+    llama = models["llama-3.1-8b"]
+    assert (target_stack(llama, 1, version=(4, 4)).kernels_per_forward
+            - target_stack(llama, 1).kernels_per_forward) == 32  # the split K / V store
+    head = next(d for d in presets.drafters().values() if d.algorithm == "eagle" and d.weights == "bf16")
+    assert eagle_stack(head, 1, (4, 4)).kernels_per_forward - eagle_stack(head, 1).kernels_per_forward == 1
+
+
+def test_batch_2_copies_cost_time_only_from_batch_2(small):
+    small["model"] = "qwen3-8b"
+    small["server"] = {"tp": 1, "sglang_version": "0.4.6"}
+    old = IterationModel(_resolve(small))
+    small["server"]["sglang_version"] = "0.5.10"
+    new = IterationModel(_resolve(small))
+    per_kernel_ms = (new.eff.kernel_gap_graph_us + new.eff.small_kernel_us) / 1e3
+    layers = presets.models()["qwen3-8b"].num_layers
+    gap1 = old.decode(1, 100).verify_compute_ms - new.decode(1, 100).verify_compute_ms
+    gap2 = old.decode(2, 200).verify_compute_ms - new.decode(2, 200).verify_compute_ms
+    assert gap1 == pytest.approx(2 * layers * per_kernel_ms)
+    assert gap2 == pytest.approx(4 * layers * per_kernel_ms)
+
+
+def test_early_draft_extend_runs_eagerly(small):
+    """0.4.x calls the draft ModelRunner for the extend after a verify, which captured no graph: its forward pays
+    per-layer dispatch and its own launch; the num_steps - 1 draft steps stay one graph."""
+    m = IterationModel(_resolve(_eagle(small, "0.4.4")))
+    steps, extend = [f for f in m.plan(4) if f.is_draft]
+    assert steps.launch_ms == m.eff.forward_overhead_ms and extend.launch_ms == m.eff.forward_overhead_ms
+    eager_dispatch_ms = m.eff.layer_overhead_eager_us / 1e3  # one decoder layer
+    assert extend.compute_ms > eager_dispatch_ms
+    current = IterationModel(_resolve(_eagle(small, "0.5.8")))
+    _, extend_now = [f for f in current.plan(4) if f.is_draft]
+    now = current.draft.stack
+    in_graph_ms = (now.kernels_per_forward * m.eff.kernel_gap_graph_us + now.small_kernels_per_forward
+                   * m.eff.small_kernel_us) / 1e3
+    # same work at the same batch: eager dispatch where 0.5.8 pays its graph's kernel boundaries and small kernels
+    assert extend.compute_ms - extend_now.compute_ms == pytest.approx(eager_dispatch_ms - in_graph_ms, abs=1e-9)
