@@ -57,6 +57,9 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
     if w.arrival.type != "closed":
         raise InputError("the fast path covers closed-loop workloads only (arrival.type: closed); run the engine",
                          file=rs.path, key="workload.arrival.type")
+    if w.arrival.turns > 1:
+        raise InputError("the fast path hands out independent requests; conversations (arrival.turns > 1) change"
+                         " how the run drains: run the engine", file=rs.path, key="workload.arrival.turns")
     lengths = []
     for key in ("input_tokens", "output_tokens"):
         d = getattr(w, key)

@@ -179,6 +179,16 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
      ("acceptance", "exactly one of", "got accept_length, chain_rates")),
     ("rate-above-one", _spec({"algorithm": "ngram"}, {"chain_rates": [1.5]}),
      ("acceptance.chain_rates.0", "less than or equal to 1")),
+    # conversations and releases
+    ("turns-not-dividing-requests", _set(("workload", "arrival"), {"type": "closed", "concurrency": 1, "turns": 3}),
+     ("workload", "multiple of arrival.turns (3)", "whole conversations")),
+    ("turns-on-poisson", _set(("workload", "arrival"), {"type": "poisson", "rate_per_s": 1, "turns": 2}),
+     ("workload.arrival.turns", "unknown key")),
+    ("release-not-modelled", _set(("server", "sglang_version"), "0.4.5"),
+     ("server.sglang_version", "not modelled", "0.4.4, 0.4.6")),
+    ("algorithm-not-in-release", lambda d: (_set(("server", "sglang_version"), "0.4.4")(d),
+                                            _spec({"algorithm": "ngram"}, {"accept_length": 1.5})(d)),
+     ("speculative.algorithm", "SGLang 0.4.4 has no ngram", "none, eagle, mtp")),
     # calibration
     ("calibration-profile-missing", _set(("calibration",), "profiles/nope.yaml"),
      ("calibration", "'profiles/nope.yaml'", "not found")),

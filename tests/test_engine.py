@@ -39,6 +39,31 @@ def test_closed_loop_keeps_concurrency_requests_running(small):
     assert later_arrivals == pytest.approx(finishes)
 
 
+def test_closed_loop_conversations_send_their_turns_in_order(small):
+    """turns 2: requests 2c and 2c+1 are conversation c. A client sends turn 2 when turn 1 finishes and takes the
+    next unstarted conversation only after its own conversation's last turn."""
+    small["workload"].update(num_requests=8, arrival={"type": "closed", "concurrency": 2, "turns": 2})
+    small["workload"]["output_tokens"] = {"dist": "uniform", "low": 16, "high": 96}
+    req = _run(small).requests
+    assert req.arrival_ms[0] == 0 and req.arrival_ms[2] == 0  # two clients open conversations 0 and 1
+    assert req.arrival_ms[1] == pytest.approx(req.finish_ms[0])  # second turns follow their first turns
+    assert req.arrival_ms[3] == pytest.approx(req.finish_ms[2])
+    # conversation 2 starts when the first conversation ends, conversation 3 when the other one does
+    ends = sorted([req.finish_ms[1], req.finish_ms[3]])
+    assert [req.arrival_ms[4], req.arrival_ms[6]] == pytest.approx(ends)
+    assert req.arrival_ms[5] == pytest.approx(req.finish_ms[4]) and req.arrival_ms[7] == pytest.approx(req.finish_ms[6])
+
+
+def test_conversations_that_do_not_divide_among_clients_drain_longer(small):
+    """8 clients, 20 two-turn conversations, equal lengths: half the clients run 3 conversations (6 requests) and
+    half 2, so the run lasts ~6 request lengths; 40 independent requests take ~5 (each client runs 5)."""
+    small["workload"].update(num_requests=40, arrival={"type": "closed", "concurrency": 8, "turns": 2})
+    grouped = _run(small)
+    small["workload"]["arrival"] = {"type": "closed", "concurrency": 8}
+    independent = _run(small)
+    assert grouped.makespan_ms / independent.makespan_ms == pytest.approx(6 / 5, rel=0.05)
+
+
 def test_max_running_requests_caps_the_batch(small):
     small["workload"].update(num_requests=10, arrival={"type": "closed", "concurrency": 10})
     small["server"] = {"tp": 1, "max_running_requests": 3}

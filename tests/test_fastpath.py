@@ -56,3 +56,7 @@ def test_fast_path_refuses_what_it_does_not_model(tmp_path):
                        ["workload.output_tokens={dist: uniform, low: 10, high: 100}"])
     with pytest.raises(InputError, match="fixed lengths"):
         predict_fast(rs)
+    rs = load_scenario(SCENARIOS / "baseline.yaml", ["workload.arrival={type: closed, concurrency: 2, turns: 2}"])
+    with pytest.raises(InputError, match="conversations") as err:
+        predict_fast(rs)
+    assert err.value.key == "workload.arrival.turns"

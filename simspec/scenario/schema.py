@@ -177,10 +177,18 @@ class LengthDistribution(StrictModel):
 
 
 class ClosedLoop(StrictModel):
-    """`concurrency` clients, each sending its next request when the previous one finishes."""
+    """`concurrency` clients, each sending its next request when the previous one finishes.
+
+    With `turns` > 1 the requests come in conversations of that many turns (requests 0..turns-1 are the first
+    conversation, and so on): a client sends a conversation's turns one after another and only then takes the
+    next conversation nobody has started, as multi-turn benchmarks do (MT-bench's two turns on a pool of client
+    threads). Each turn's lengths are drawn like any request's; the prefix a later turn shares with the earlier
+    ones is not reused from a cache (the radix cache is not modelled)."""
 
     type: Literal["closed"]
     concurrency: StrictInt = Field(ge=1, le=100_000)
+    turns: StrictInt = Field(default=1, ge=1, le=1000, description="requests per conversation (num_requests must"
+                                                                    " be a multiple)")
 
 
 class Poisson(StrictModel):
@@ -195,6 +203,14 @@ class Workload(StrictModel):
     num_requests: StrictInt = Field(ge=1, le=10_000_000)
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
+
+    @model_validator(mode="after")
+    def _whole_conversations(self) -> Workload:
+        turns = self.arrival.turns if self.arrival.type == "closed" else 1
+        if self.num_requests % turns:
+            raise ValueError(f"num_requests ({self.num_requests}) must be a multiple of arrival.turns ({turns}):"
+                             " whole conversations")
+        return self
 
 
 class Scenario(StrictModel):
