@@ -9,6 +9,7 @@ figure, and validation/recorded.yaml keeps the value CI must not exceed.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -127,18 +128,37 @@ def mape(results: list[CaseResult], *, fitted: bool) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
+def source_of(case: Case) -> str:
+    return case.source.url or case.source.citation
+
+
+def by_source(results: list[CaseResult]) -> list[dict[str, Any]]:
+    """Non-fitted cases grouped by source (its URL, else its citation), the worst mean error first: one source
+    with many cases, or one box nobody described, can carry the suite's mean on its own."""
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if not r.case.fitted and r.error_pct is not None:
+            groups.setdefault(source_of(r.case), []).append(r)
+    rows = [{"source": src, "cases": len(rs), "mape_pct": sum(abs(r.error_pct or 0.0) for r in rs) / len(rs),
+             "within_case_bar": sum(r.within_bar for r in rs)} for src, rs in groups.items()]
+    return sorted(rows, key=lambda row: (-row["mape_pct"], row["source"]))
+
+
 def summary(results: list[CaseResult]) -> dict[str, Any]:
     free = [r for r in results if not r.case.fitted]
+    errs = [abs(r.error_pct) for r in free if r.error_pct is not None]
     return {
         "cases": len(results),
         "not_fitted": len(free),
         "fitted": len(results) - len(free),
         "failed": sum(r.failure is not None for r in results),
         "mape_not_fitted_pct": mape(results, fitted=False),
+        "median_abs_error_not_fitted_pct": statistics.median(errs) if errs else None,
         "mape_fitted_pct": mape(results, fitted=True),
         "not_fitted_within_case_bar": sum(r.within_bar for r in free),
         "case_bar_pct": CASE_BAR_PCT,
         "mean_bar_pct": MEAN_BAR_PCT,
+        "by_source": by_source(results),
     }
 
 
@@ -146,7 +166,7 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
     return [{
         "id": r.case.id, "title": r.case.title, "metric": r.case.measured.metric, "measured": r.case.measured.value,
         "predicted": r.predicted, "error_pct": r.error_pct, "fitted": r.case.fitted,
-        "source": r.case.source.url or r.case.source.citation, "missing_mechanism": r.case.missing_mechanism,
+        "source": source_of(r.case), "missing_mechanism": r.case.missing_mechanism,
         "failure": r.failure,
     } for r in results]
 

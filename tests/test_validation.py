@@ -65,6 +65,25 @@ def test_errors_are_signed_and_fitted_cases_are_kept_apart(tmp_path):
     assert out["summary"]["mape_fitted_pct"] == pytest.approx(abs(rows["b"]["error_pct"]))
 
 
+def test_summary_breaks_the_error_down_by_source_worst_first(tmp_path):
+    """Three non-fitted cases of one scenario: two from source A measured at the prediction and at half of it
+    (0% and +100%), one from source B at 1.25 x the prediction (-20%); a fitted case of B is left out."""
+    first = json.loads(CliRunner().invoke(main, ["validate", str(_case(tmp_path, "probe").parent), "--json"]).output)
+    predicted = first["cases"][0]["predicted"]
+    (tmp_path / "cases" / "probe.yaml").unlink()
+    a, b = {"citation": "A", "url": "https://a.example"}, {"citation": "B"}
+    _case(tmp_path, "a1", source=a, measured={"metric": "tokens_per_s", "value": predicted})
+    _case(tmp_path, "a2", source=a, measured={"metric": "tokens_per_s", "value": predicted / 2})
+    _case(tmp_path, "b1", source=b, measured={"metric": "tokens_per_s", "value": predicted * 1.25})
+    _case(tmp_path, "b2", source=b, fitted=True)
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)["summary"]
+    assert [(row["source"], row["cases"], row["within_case_bar"]) for row in out["by_source"]] == [
+        ("https://a.example", 2, 1), ("B", 1, 0)]
+    assert [row["mape_pct"] for row in out["by_source"]] == pytest.approx([50.0, 20.0])
+    assert out["median_abs_error_not_fitted_pct"] == pytest.approx(20.0)
+    assert out["mape_not_fitted_pct"] == pytest.approx(40.0)
+
+
 def test_a_case_that_no_longer_predicts_fails_the_check(tmp_path):
     _case(tmp_path, "good")
     bad = dict(SMALL, model="no-such-model")

@@ -95,10 +95,20 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
         def pct(x: float | None) -> str:
             return "n/a" if x is None else f"{x:.1f}%"
 
+        if len(summary["by_source"]) > 1:
+            s = Table(title="non-fitted cases by source, worst first", title_justify="left")
+            s.add_column("source", overflow="fold")
+            for col in ("cases", "mean |error|", f"within {v.CASE_BAR_PCT:g}%"):
+                s.add_column(col, justify="right", no_wrap=True)
+            for row in summary["by_source"]:
+                s.add_row(escape(row["source"]), str(row["cases"]), pct(row["mape_pct"]),
+                          f"{row['within_case_bar']} of {row['cases']}")
+            console.print(s)
         console.print(
             f"mean absolute error, cases not used for fitting ({summary['not_fitted']}): "
             f"[bold]{pct(summary['mape_not_fitted_pct'])}[/] (bar {v.MEAN_BAR_PCT:g}%; "
-            f"{summary['not_fitted_within_case_bar']} of {summary['not_fitted']} within {v.CASE_BAR_PCT:g}%)")
+            f"{summary['not_fitted_within_case_bar']} of {summary['not_fitted']} within {v.CASE_BAR_PCT:g}%;"
+            f" median {pct(summary['median_abs_error_not_fitted_pct'])})")
         console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
         if recorded is not None:
