@@ -46,8 +46,8 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
     stack = target_stack(rs.model, srv.tp, version=srv.version_minor_patch)
     release = kernel_counts().releases.get(f"0.{srv.version_minor_patch[0]}.{srv.version_minor_patch[1]}")
     read = f"SGLang 0.5.10's model code{', with ' + release.source if release else ''}"
-    copies = (f", {stack.small_kernels_from_batch_2:g} small copies more from batch 2"
-              if stack.small_kernels_from_batch_2 else "")
+    copies = (f", {stack.small_kernels_from_two_rows:g} small copies more from two query rows"
+              if stack.small_kernels_from_two_rows else "")
     out["kernel_counts"] = (f"{stack.kernels_per_forward:g} kernels per target decode forward, "
                             f"{stack.small_kernels_per_forward:g} of them small{copies} (presets/kernels.yaml:"
                             f" read from {read})")

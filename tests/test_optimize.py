@@ -194,3 +194,13 @@ def test_replayed_ngram_acceptance_searches_the_draft_budget():
     assert "replayed from the corpus" in text
     ns = {p.get("num_draft_tokens") for c in out["concurrencies"] for p in c["points"] if p["algorithm"] == "ngram"}
     assert len(ns) >= 5
+
+
+def test_a_concurrency_point_keeps_the_conversations_turns():
+    _at_concurrency = study._at_concurrency
+    raw = {"workload": {"arrival": {"type": "closed", "concurrency": 1, "turns": 2}, "num_requests": 10}}
+    out = _at_concurrency(raw, 8)["workload"]
+    assert out["arrival"] == {"type": "closed", "concurrency": 8, "turns": 2}
+    assert out["num_requests"] == 16  # each of 8 clients gets a whole conversation
+    raw["workload"]["arrival"] = {"type": "poisson", "rate_per_s": 2.0}
+    assert _at_concurrency(raw, 3)["workload"]["num_requests"] == 10

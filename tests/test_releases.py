@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simspec import presets
 from simspec.errors import InputError
 from simspec.scenario.loader import parse_scenario, resolve
 from simspec.scenario.memory import early_mem_fraction_static
+from simspec.timing.forward import ForwardShape
 from simspec.timing.iteration import IterationModel, early_captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
 
@@ -106,23 +109,26 @@ def test_early_kv_pool_follows_its_static_fraction(small):
 
 def test_0_4_6_qwen3_launches_more_small_kernels():
     """0.4.6.post1 by hand: q_norm and k_norm as two RMSNorms (+1), K and V stored by two index_puts (+1) in every
-    layer; an MoE layer's gating cast, renormalising sum and divide, sorted-id fill (+4); from batch 2 the q / k
-    reshapes copy (+2 per layer). All of them small."""
+    layer; an MoE layer's gating cast, renormalising sum and divide, sorted-id fill (+4); from two query rows the q
+    and k reshapes copy (+2 per layer; a Llama layer's attention copies its q instead, +1). All of them small."""
     models = presets.models()
     for name, extra in (("qwen3-8b", 2), ("qwen3-30b-a3b", 6)):
         m = models[name]
         new, old = target_stack(m, 1), target_stack(m, 1, version=(4, 6))
         assert old.kernels_per_forward - new.kernels_per_forward == extra * m.num_layers
         assert old.small_kernels_per_forward - new.small_kernels_per_forward == extra * m.num_layers
-        assert (old.small_kernels_from_batch_2, new.small_kernels_from_batch_2) == (2 * m.num_layers, 0)
+        assert (old.small_kernels_from_two_rows, new.small_kernels_from_two_rows) == (2 * m.num_layers, 0)
     llama = models["llama-3.1-8b"]
-    assert (target_stack(llama, 1, version=(4, 4)).kernels_per_forward
-            - target_stack(llama, 1).kernels_per_forward) == 32  # the split K / V store
+    for version in ((4, 4), (4, 6)):
+        old = target_stack(llama, 1, version=version)
+        assert old.kernels_per_forward - target_stack(llama, 1).kernels_per_forward == 32  # the split K / V store
+        assert old.small_kernels_from_two_rows == 32  # q.contiguous() of the split q view
     head = next(d for d in presets.drafters().values() if d.algorithm == "eagle" and d.weights == "bf16")
     assert eagle_stack(head, 1, (4, 4)).kernels_per_forward - eagle_stack(head, 1).kernels_per_forward == 1
 
 
-def test_batch_2_copies_cost_time_only_from_batch_2(small):
+def test_copies_cost_time_only_from_two_query_rows(small):
+    """Batch 1 decode has one query row: no copies. Batch 2, or one request verifying 4 draft tokens, has more."""
     small["model"] = "qwen3-8b"
     small["server"] = {"tp": 1, "sglang_version": "0.4.6"}
     old = IterationModel(_resolve(small))
@@ -134,6 +140,13 @@ def test_batch_2_copies_cost_time_only_from_batch_2(small):
     gap2 = old.decode(2, 200).verify_compute_ms - new.decode(2, 200).verify_compute_ms
     assert gap1 == pytest.approx(2 * layers * per_kernel_ms)
     assert gap2 == pytest.approx(4 * layers * per_kernel_ms)
+    stack = old.target.stack
+    shape = dict(num_seqs=1, tokens=4, real_seqs=1, real_tokens=4, logit_tokens=4, graph=True)
+    one_request_verify = old.target.fixed_and_rates(ForwardShape(**shape))[0]
+    no_copies = dataclasses.replace(stack, small_kernels_from_two_rows=0.0)
+    bare = type(old.target)(no_copies, old.rs.gpu, old.target.collectives, old.eff)
+    assert one_request_verify - bare.fixed_and_rates(ForwardShape(**shape))[0] == pytest.approx(
+        2 * layers * per_kernel_ms)
 
 
 def test_early_draft_extend_runs_eagerly(small):
@@ -151,3 +164,22 @@ def test_early_draft_extend_runs_eagerly(small):
                    * m.eff.small_kernel_us) / 1e3
     # same work at the same batch: eager dispatch where 0.5.8 pays its graph's kernel boundaries and small kernels
     assert extend.compute_ms - extend_now.compute_ms == pytest.approx(eager_dispatch_ms - in_graph_ms, abs=1e-9)
+
+
+def test_early_releases_pick_5_4_8_and_serve_only_their_models(small):
+    """With no tree set, 0.4.4 (its argument defaults) and 0.4.6 (auto_choose_speculative_params) pick (5, 4, 8)
+    for any model, where 0.5.x picks (3, 1, 4) outside Llama and Grok; 0.4.4 has no Qwen3 model code."""
+    small["model"] = "qwen3-8b"
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-qwen3-8b"}
+    small["acceptance"] = {"accept_length": 1.5}
+    small["server"] = {"tp": 1, "sglang_version": "0.4.6"}
+    rs = _resolve(small)
+    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (5, 4, 8)
+    small["server"]["sglang_version"] = "0.5.10"
+    rs = _resolve(small)
+    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (3, 1, 4)
+    small.pop("speculative"), small.pop("acceptance")
+    small["server"]["sglang_version"] = "0.4.4"
+    with pytest.raises(InputError) as err:
+        _resolve(small)
+    assert err.value.key == "model" and "Qwen3ForCausalLM" in str(err.value)

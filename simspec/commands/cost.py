@@ -83,9 +83,11 @@ def _generation_rate(path: str, overrides: list[str], concurrency: int) -> tuple
     from simspec.simulate import run
 
     rs = load_scenario(path, overrides)
-    requests = max(rs.scenario.workload.num_requests, concurrency)
+    arrival = rs.scenario.workload.arrival
+    turns = arrival.turns if arrival.type == "closed" else 1  # keep the conversations' turns
+    requests = -(-max(rs.scenario.workload.num_requests, concurrency * turns) // turns) * turns
     gen = load_scenario(path, [*overrides, "speculative={algorithm: none}", "acceptance=",
-                               f"workload.arrival={{type: closed, concurrency: {concurrency}}}",
+                               f"workload.arrival={{type: closed, concurrency: {concurrency}, turns: {turns}}}",
                                f"workload.num_requests={requests}"])
     tput = float(summarize(run(gen))["throughput_tokens_per_s"])
     return tput, (f"predicted no-speculation throughput of this box, closed loop, concurrency {concurrency}"

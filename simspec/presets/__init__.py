@@ -191,7 +191,7 @@ class KernelRelease(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     per_layer: dict[PartName, KernelCount] = {}  # replaces per_layer's count for that part
-    small_from_batch_2: dict[PartName, int] = {}  # small copies a part adds once a batch holds 2+ sequences
+    small_from_two_rows: dict[PartName, int] = {}  # small copies a part adds once a forward has 2+ query rows
     source: str
 
 

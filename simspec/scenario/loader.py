@@ -140,6 +140,8 @@ def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple
         return 0, 0, spec.num_draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
     steps, topk, n = spec.num_steps, spec.topk, spec.num_draft_tokens
     if steps is None and topk is None and n is None:
+        if releases.is_early(sc.server.version_minor_patch):
+            return releases.EARLY_AUTO_TREE
         if spec.algorithm != "standalone" and model.architecture in WIDE_TREE_ARCHITECTURES:
             return WIDE_TREE_AUTO
         return DEFAULT_AUTO
@@ -342,6 +344,9 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     ic = _lookup(presets.interconnects(), sc.hardware.interconnect, "interconnect preset", file,
                  "hardware.interconnect")
     model = _lookup(presets.models(), sc.model, "model preset", file, "model")
+    if not releases.runs_architecture(version, model.architecture):
+        raise InputError(f"SGLang {sc.server.sglang_version} has no {model.architecture} ({sc.model}); allowed:"
+                         " a model that release serves, or a later sglang_version", file=file, key="model")
     tp = sc.server.tp
     if tp > sc.hardware.num_gpus:
         raise InputError(f"tp {tp} is larger than the {sc.hardware.num_gpus} GPUs; allowed: 1..{sc.hardware.num_gpus}",

@@ -6,7 +6,10 @@ changed between versions (default_mem_fraction_static); the KV cache gets what t
 at startup leaves after the weights, and the running-request cap follows from the KV capacity
 (model_runner_kv_cache_mixin._resolve_max_num_reqs). The 0.4 releases simspec models (releases.py) had simpler
 rules, kept in early_tier_defaults and early_mem_fraction_static; the pool and the request cap follow the
-same formulas there (0.4.4 / 0.4.6.post1 model_runner.init_memory_pool, managers/tp_worker.py).
+same formulas there (0.4.4 / 0.4.6.post1 model_runner.init_memory_pool, managers/tp_worker.py), except that a
+0.4 target sizes its pool before the draft worker loads (the drafter's weights and KV then come out of the
+reserve, where simspec subtracts them from the pool: ~1 GB) and adds the draft tokens' slots to it; neither
+is modelled.
 """
 
 from __future__ import annotations

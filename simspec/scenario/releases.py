@@ -14,6 +14,10 @@ What differs, by release:
   simspec/timing/iteration.py early_captured_batch_sizes and IterationModel (the eager draft extend).
 - memory defaults (mem_fraction_static, chunked_prefill_size, cuda_graph_max_bs): simspec/scenario/memory.py.
 - kernels per decode forward: presets/kernels.yaml `releases`.
+- the (num_steps, topk, num_draft_tokens) an EAGLE-family server picks when none is set: (5, 4, 8) for every
+  model in both (0.4.4's argument defaults; 0.4.6's auto_choose_speculative_params), where 0.5.x picks by
+  architecture (loader.py).
+- model architectures: Qwen3 arrived in 0.4.6 and Kimi-K2.5's wrapper after both (models/ of each wheel).
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ VERSION_PATTERN = r"^0\.(\d+)\.(\d+)(\.post\d+)?$"
 
 _ALGORITHMS_0_4_4 = ("none", "eagle", "mtp")
 _ALGORITHMS_0_4_6 = ("none", "eagle", "eagle3", "mtp")
+EARLY_AUTO_TREE = (5, 4, 8)
+# architectures of simspec's model presets that a release's models/ does not define
+_MISSING_ARCHITECTURES = {
+    (4, 4): ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"),
+    (4, 6): ("KimiK25ForConditionalGeneration",),
+}
 
 
 def minor_patch(version: str) -> tuple[int, int]:
@@ -59,3 +69,7 @@ def speculative_algorithms(version: tuple[int, int]) -> tuple[str, ...] | None:
 def spec_default_max_running(version: tuple[int, int]) -> int:
     """max_running_requests an EAGLE-family (or any speculative, 0.5.x) server sets when the user sets none."""
     return 32 if version == (4, 4) else 48
+
+
+def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
+    return architecture not in _MISSING_ARCHITECTURES.get(version, ())

@@ -256,8 +256,11 @@ def _at_concurrency(raw: dict[str, Any], concurrency: int | None) -> dict[str, A
         return raw
     raw = copy.deepcopy(raw)
     wl = raw["workload"]
-    wl["arrival"] = {"type": "closed", "concurrency": concurrency}
-    wl["num_requests"] = max(int(wl["num_requests"]), concurrency)
+    old = wl.get("arrival") or {}
+    turns = int(old.get("turns", 1)) if old.get("type") == "closed" else 1  # keep the conversations' turns
+    wl["arrival"] = {"type": "closed", "concurrency": concurrency, "turns": turns}
+    wanted = max(int(wl["num_requests"]), concurrency * turns)
+    wl["num_requests"] = -(-wanted // turns) * turns  # whole conversations
     return raw
 
 

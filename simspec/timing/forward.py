@@ -114,7 +114,7 @@ class ForwardModel:
             compute += t
             roof += r
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
-            copies = st.small_kernels_from_batch_2 if shape.num_seqs >= 2 else 0.0
+            copies = st.small_kernels_from_two_rows if shape.tokens >= 2 else 0.0  # a strided q of 2+ rows
             compute += ((st.kernels_per_forward + copies) * eff.kernel_gap_graph_us
                         + (st.small_kernels_per_forward + copies) * eff.small_kernel_us) * 1e-6
         else:  # host-bound: Python dispatch and launches per layer

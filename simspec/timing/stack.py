@@ -53,7 +53,7 @@ class Stack:
     total_params: float  # whole model, unsharded
     kernels_per_forward: float = 0.0  # kernels one decode forward launches (presets/kernels.yaml)
     small_kernels_per_forward: float = 0.0  # of which move almost no bytes (norms, rotary, quant, top-k...)
-    small_kernels_from_batch_2: float = 0.0  # small copies added once a forward holds 2+ sequences (0.4.x)
+    small_kernels_from_two_rows: float = 0.0  # small copies added once a forward has 2+ query rows (0.4.x)
 
     @property
     def all_reduces_per_forward(self) -> int:
@@ -89,7 +89,7 @@ def _fp8(fmt: str) -> bool:
 
 
 def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int]) -> tuple[int, int, int]:
-    """(kernels, small kernels, small copies from batch 2) of `parts`, each (model part in kernels.yaml
+    """(kernels, small kernels, small copies from two query rows) of `parts`, each (model part in kernels.yaml
     per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
     counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
     FP8 weights (fp8_quant_per_linear)."""
@@ -100,7 +100,7 @@ def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, i
         count = kc.per_layer[part]  # type: ignore[index]
         if release is not None:
             count = release.per_layer.get(part, count)  # type: ignore[call-overload]
-            copies += release.small_from_batch_2.get(part, 0) * layers  # type: ignore[call-overload]
+            copies += release.small_from_two_rows.get(part, 0) * layers  # type: ignore[call-overload]
         quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
         kernels += (count.kernels + quant) * layers
         small += (count.small + quant) * layers
@@ -109,7 +109,7 @@ def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, i
 
 def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
                   version: tuple[int, int]) -> tuple[int, int, int]:
-    """(kernels, small kernels, small copies from batch 2) of one decode forward of `model`'s stack, from
+    """(kernels, small kernels, small copies from two query rows) of one decode forward of `model`'s stack, from
     presets/kernels.yaml."""
     kc = kernel_counts()
     w = model.weights
@@ -174,7 +174,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
         expert_flops_per_token=2 * expert_params * model.experts_per_token * moe_layers, expert_compute=ec,
         kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
         total_params=total, kernels_per_forward=kernels, small_kernels_per_forward=small,
-        small_kernels_from_batch_2=copies,
+        small_kernels_from_two_rows=copies,
     )
 
 
@@ -217,7 +217,7 @@ def eagle_stack(d: DrafterPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
         groups=groups, num_moe_layers=0, num_experts=0, experts_per_token=0, expert_bytes_per_gpu=0.0,
         expert_flops_per_token=0.0, expert_compute=c, kv_bytes_per_token_per_gpu=kv,
         attn_flops_per_pair=aflops, weight_bytes_per_gpu=stored, total_params=total,
-        kernels_per_forward=kernels, small_kernels_per_forward=small, small_kernels_from_batch_2=copies,
+        kernels_per_forward=kernels, small_kernels_per_forward=small, small_kernels_from_two_rows=copies,
     )
 
 
@@ -244,7 +244,7 @@ def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
         # + eh_proj's GEMM, the enorm / hnorm of the embedding and the hidden state, their concat (kernels.yaml)
         kernels_per_forward=base.kernels_per_forward + head.kernels,
         small_kernels_per_forward=base.small_kernels_per_forward + head.small,
-        small_kernels_from_batch_2=base.small_kernels_from_batch_2,
+        small_kernels_from_two_rows=base.small_kernels_from_two_rows,
     )
 
 
