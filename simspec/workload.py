@@ -34,6 +34,13 @@ class RequestSpecs:
     arrival_s: np.ndarray | None  # open loop: absolute arrival times; closed loop: None
 
 
+def whole_conversations(num_requests: int, concurrency: int, turns: int) -> int:
+    """Requests for a closed loop of `concurrency` clients: at least num_requests and one conversation per client,
+    rounded up to whole conversations of `turns` requests (the schema requires a multiple)."""
+    wanted = max(num_requests, concurrency * turns)
+    return -(-wanted // turns) * turns
+
+
 def make_requests(w: Workload, rng: np.random.Generator) -> RequestSpecs:
     n = w.num_requests
     inputs = sample_lengths(w.input_tokens, n, rng)

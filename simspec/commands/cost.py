@@ -81,11 +81,12 @@ def _generation_rate(path: str, overrides: list[str], concurrency: int) -> tuple
     from simspec.analysis.metrics import summarize
     from simspec.scenario.loader import load_scenario
     from simspec.simulate import run
+    from simspec.workload import whole_conversations
 
     rs = load_scenario(path, overrides)
     arrival = rs.scenario.workload.arrival
     turns = arrival.turns if arrival.type == "closed" else 1  # keep the conversations' turns
-    requests = -(-max(rs.scenario.workload.num_requests, concurrency * turns) // turns) * turns
+    requests = whole_conversations(rs.scenario.workload.num_requests, concurrency, turns)
     gen = load_scenario(path, [*overrides, "speculative={algorithm: none}", "acceptance=",
                                f"workload.arrival={{type: closed, concurrency: {concurrency}, turns: {turns}}}",
                                f"workload.num_requests={requests}"])

@@ -71,13 +71,14 @@ class ServingEngine:
         # closed loop: conversations of `turns` consecutive requests; a client runs one conversation's turns in
         # order, then takes the next conversation nobody has started
         self.turns = turns
+        self.conversations = n // turns
         self.next_conversation = 0
         self.finished = 0
         self._closed = concurrency is not None
         self._wake: simpy.Event | None = None
         self.done = env.event()
         if concurrency is not None:  # closed loop: keep `concurrency` clients busy
-            for _ in range(min(concurrency, n // turns)):
+            for _ in range(min(concurrency, self.conversations)):
                 self._start_conversation()
         else:
             assert specs.arrival_s is not None, "open-loop workloads carry arrival times"
@@ -94,7 +95,7 @@ class ServingEngine:
         next conversation."""
         if (rid + 1) % self.turns:
             self._arrive(rid + 1)
-        elif self.next_conversation < len(self.inputs) // self.turns:
+        elif self.next_conversation < self.conversations:
             self._start_conversation()
 
     def _arrive(self, rid: int) -> None:

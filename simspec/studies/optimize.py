@@ -32,6 +32,7 @@ from simspec.errors import InputError
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.reading import apply_overrides, read_yaml
 from simspec.scenario.schema import Algorithm
+from simspec.workload import whole_conversations
 
 OBJECTIVES = {"throughput": "throughput_tokens_per_s", "per_request": "tokens_per_s"}
 LATENCY_STATS = ("p50", "p90", "p99", "mean")
@@ -259,8 +260,7 @@ def _at_concurrency(raw: dict[str, Any], concurrency: int | None) -> dict[str, A
     old = wl.get("arrival") or {}
     turns = int(old.get("turns", 1)) if old.get("type") == "closed" else 1  # keep the conversations' turns
     wl["arrival"] = {"type": "closed", "concurrency": concurrency, "turns": turns}
-    wanted = max(int(wl["num_requests"]), concurrency * turns)
-    wl["num_requests"] = -(-wanted // turns) * turns  # whole conversations
+    wl["num_requests"] = whole_conversations(int(wl["num_requests"]), concurrency, turns)
     return raw
 
 

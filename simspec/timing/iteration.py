@@ -110,17 +110,18 @@ class IterationModel:
         self.collectives = Collectives(rs.all_reduce, tp, rs.interconnect.link)
         srv = rs.scenario.server
         version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
+        early = releases.is_early(version)
         self.target = ForwardModel(target_stack(rs.model, tp, version=version), rs.gpu, self.collectives, self.eff)
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
         self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self.eff) if dstack else None
         if not srv.cuda_graph:
             self._graph_sizes: list[int] = []
-        elif releases.is_early(version):
+        elif early:
             self._graph_sizes = early_captured_batch_sizes(version, rs.speculative, rs.cuda_graph_max_bs,
                                                            rs.max_running_requests + 1, rs.gpu.memory_mib)
         else:
             self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative)
-        self._eager_draft_extend = releases.is_early(version)
+        self._eager_draft_extend = early
         self._launch_ms = self.eff.forward_overhead_ms
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")

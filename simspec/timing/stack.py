@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simspec.presets import DrafterPreset, GqaAttention, MlaAttention, ModelPreset, kernel_counts
+from simspec.presets import DrafterPreset, GqaAttention, KernelRelease, MlaAttention, ModelPreset, kernel_counts
 
 # bytes per parameter and the tensor-core type the weights are multiplied in
 WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
@@ -88,13 +88,18 @@ def _fp8(fmt: str) -> bool:
     return fmt in ("fp8", "fp8-block128")
 
 
+def release_kernels(version: tuple[int, int]) -> KernelRelease | None:
+    """The kernel counts SGLang release `version` launches differently (kernels.yaml `releases`), if any."""
+    return kernel_counts().releases.get(f"0.{version[0]}.{version[1]}")
+
+
 def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int]) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of `parts`, each (model part in kernels.yaml
     per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
     counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
     FP8 weights (fp8_quant_per_linear)."""
     kc = kernel_counts()
-    release = kc.releases.get(f"0.{version[0]}.{version[1]}")
+    release = release_kernels(version)
     kernels = small = copies = 0
     for part, layers, fmt in parts:
         count = kc.per_layer[part]  # type: ignore[index]
