@@ -272,6 +272,25 @@ def test_all_reduce_latency_moves_with_gpu_count_by_ncclring_model():
     assert Collectives(curve, 1, "pcie").all_reduce_us(512) == 0.0
 
 
+def test_pcie_custom_all_reduce_helps_below_its_crossover_and_follows_nccl_above():
+    """Both PCIe presets come from one box's measured table (interconnects.yaml sources): the custom kernel wins
+    below 32 KB; from 64 KB the custom preset is NCCL's curve, so a 12-token verify of Kimi's 7168-wide hidden
+    state (172 KB) costs the same on both."""
+    ics = presets.interconnects()
+    nccl = Collectives(CollectiveCurve(**ics["pcie5-nccl"].model_dump(include={"measured_gpus", "points_bytes_us",
+                                                                             "bus_bandwidth_gbps"}), source="t"),
+                       8, "pcie")
+    custom = Collectives(CollectiveCurve(**ics["pcie5-custom-allreduce"].model_dump(
+        include={"measured_gpus", "points_bytes_us", "bus_bandwidth_gbps"}), source="t"), 8, "pcie")
+    one_token, ngram_verify = 7168 * 2, 12 * 7168 * 2
+    assert custom.all_reduce_us(1024) == pytest.approx(7.5) and nccl.all_reduce_us(1024) == pytest.approx(24.3)
+    assert custom.all_reduce_us(one_token) < 0.6 * nccl.all_reduce_us(one_token)
+    assert custom.all_reduce_us(ngram_verify) == pytest.approx(nccl.all_reduce_us(ngram_verify))
+    assert nccl.all_reduce_us(262144) == pytest.approx(28.0)  # measured, not the bus-bandwidth extension (~32 us)
+    for size in (256, 4096, 32768, 65536, 200_000, 10_000_000):
+        assert custom.all_reduce_us(size) <= nccl.all_reduce_us(size)
+
+
 def test_eagle3_drafter_parameters_match_the_reference():
     """hardware-and-models.md derives ~1.19B for the K2/K2.5 EAGLE-3 head and ~0.42B for Llama-3.1-8B's."""
     d = presets.drafters()
