@@ -57,6 +57,8 @@ class InterconnectPreset(_Preset):
     measured_gpus: int = Field(ge=2)
     points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
     bus_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    fallback: str | None = Field(default=None, description="an NCCL preset on the same link that the implementation"
+                                                           " hands a message to whenever that is faster")
 
     @model_validator(mode="after")
     def _check_points(self) -> InterconnectPreset:
@@ -159,7 +161,13 @@ def gpus() -> dict[str, GpuPreset]:
 
 @cache
 def interconnects() -> dict[str, InterconnectPreset]:
-    return {k: InterconnectPreset(**v) for k, v in _load("interconnects.yaml").items()}
+    out = {k: InterconnectPreset(**v) for k, v in _load("interconnects.yaml").items()}
+    for name, ic in out.items():
+        fb = out.get(ic.fallback) if ic.fallback else None
+        if ic.fallback and (fb is None or fb.implementation != "nccl" or fb.link != ic.link or fb.fallback):
+            raise ValueError(f"interconnect {name}: fallback {ic.fallback!r} must be an NCCL preset on the same link"
+                             " without a fallback of its own")
+    return out
 
 
 @cache

@@ -314,6 +314,14 @@ def _load_profile_for(sc: Scenario, path: str) -> tuple[Profile | None, str | No
     return profile, str(profile_path)
 
 
+def preset_curve(name: str) -> CollectiveCurve:
+    """The all-reduce curve of interconnect preset `name`, with the NCCL curve it falls back to, if any."""
+    ic = presets.interconnects()[name]
+    return CollectiveCurve(measured_gpus=ic.measured_gpus, points_bytes_us=ic.points_bytes_us,
+                           bus_bandwidth_gbps=ic.bus_bandwidth_gbps, source=f"interconnect preset {name}: {ic.source}",
+                           fallback=preset_curve(ic.fallback) if ic.fallback else None)
+
+
 def _check_draft_step_time(profile: Profile, profile_path: str | None, dstack: Stack, gpu: presets.GpuPreset) -> None:
     """A measured draft step cannot beat reading the drafter's weights once at full bandwidth. (A profile
     describes a box: for setups without a draft model its draft step time simply does not apply.)"""
@@ -370,9 +378,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         curve = profile.all_reduce.model_copy(update={"source": f"profile {profile.name}: "
                                                                 f"{profile.all_reduce.source}"})
     else:
-        curve = CollectiveCurve(measured_gpus=ic.measured_gpus, points_bytes_us=ic.points_bytes_us,
-                                bus_bandwidth_gbps=ic.bus_bandwidth_gbps,
-                                source=f"interconnect preset {sc.hardware.interconnect}: {ic.source}")
+        curve = preset_curve(sc.hardware.interconnect)
 
     # memory: weights and KV cache per GPU under TP
     target = target_stack(model, tp)

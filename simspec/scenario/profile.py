@@ -22,6 +22,9 @@ class CollectiveCurve(StrictModel):
     points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
     bus_bandwidth_gbps: float | None = Field(default=None, gt=0)
     source: str
+    fallback: CollectiveCurve | None = Field(
+        default=None, description="the curve of the implementation a message goes to when that is faster (a custom "
+                                  "all-reduce that hands messages past its crossover to NCCL)")
 
     @model_validator(mode="after")
     def _check_points(self) -> CollectiveCurve:

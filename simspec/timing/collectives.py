@@ -40,11 +40,18 @@ class Collectives:
             self._tail_us_per_byte = (self._times[-1] - self._times[-2]) / (self._sizes[-1] - self._sizes[-2])
         else:
             self._tail_us_per_byte = 0.0
+        # an implementation that dispatches by size (SGLang's custom all-reduce below its max size, NCCL above;
+        # the PCIe one-shot kernel's threshold is picked by timing both) costs the faster of the two at each size
+        self._fallback = Collectives(curve.fallback, tp, link) if curve.fallback is not None else None
         self.all_reduce_us = lru_cache(maxsize=4096)(self._all_reduce_us)
 
     def _all_reduce_us(self, nbytes: float) -> float:
         if self.tp == 1 or nbytes <= 0:
             return 0.0
+        own = self._curve_us(nbytes)
+        return min(own, self._fallback.all_reduce_us(nbytes)) if self._fallback is not None else own
+
+    def _curve_us(self, nbytes: float) -> float:
         sizes, times = self._sizes, self._times
         if nbytes <= sizes[0]:
             return times[0]
