@@ -156,3 +156,98 @@ def test_speculative_host_work_default_is_the_fit_to_its_named_cases():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for c in (1, 2, 4, 8):
         assert load_case(VALIDATION / "cases" / f"gpustack-qwen3-8b-fp8-h100-eagle3-c{c}.yaml").fitted
+
+
+# ------------------------------------------------------------------------------------------------ kernel tables
+
+def _table(tmp_path: Path, table_id: str, **changes) -> Path:
+    """A fused-MoE kernel table in a suite beside one end-to-end case (validate needs a case to run)."""
+    if not (tmp_path / "cases").exists():
+        _case(tmp_path, "a")
+    d = tmp_path / "kernels"
+    d.mkdir(exist_ok=True)
+    data = {"id": table_id, "title": "small", "source": {"citation": "test"}, "kernel": "fused_moe",
+            "gpu": "h100-sxm", "routing_timed": True, "config": "default", "l2_cache_mb": 1.0, "l2_source": "test",
+            "shape": {"experts": 8, "experts_per_token": 2, "hidden_size": 1024, "intermediate_per_gpu": 512,
+                      "weights": "bf16"},
+            "points": [[1, 20.0]]} | changes
+    path = d / f"{table_id}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_fused_moe_call_is_priced_by_hand(tmp_path):
+    """One token, 8 experts, top 2 on an H100 at the default coefficients: it touches 8 (1 - 6/8) = 2 experts of
+    3 x 1024 x 512 BF16 weights each, plus its activations (w13 reads the hidden row per pair and writes 2 x 512,
+    silu_and_mul moves 3 x 512, w2 reads 512 and writes 1024, moe_sum_reduce reads the pairs' rows and writes one),
+    all at 80% of 3.35 TB/s; the benchmark launches kernels.yaml's 7 MoE kernels less the router GEMM, 4 of them
+    small (1.3 us a boundary, 3 us a small kernel). Without the routing timed, the top-k kernel goes too."""
+    from simspec.kernel_validation import load_table, predict_table
+
+    weights = 2 * 3 * 1024 * 512 * 2
+    pairs = 2
+    acts = 2 * pairs * ((1024 + 2 * 512) + 3 * 512 + (512 + 1024) + 1024) + 2 * 1024
+    roofline_us = (weights + acts) / (3350e9 * 0.80) * 1e6
+    timed = predict_table(load_table(_table(tmp_path, "timed"))).points[0]
+    assert timed.predicted_us == pytest.approx(roofline_us + 6 * 1.3 + 4 * 3.0)
+    assert timed.expert_mb == pytest.approx(weights / 1e6)
+    untimed = predict_table(load_table(_table(tmp_path, "untimed", routing_timed=False))).points[0]
+    assert timed.predicted_us - untimed.predicted_us == pytest.approx(1.3 + 3.0)
+    # FP8 experts: half the weight bytes, and one activation quantisation (a small kernel) before each GEMM
+    fp8 = predict_table(load_table(_table(tmp_path, "fp8", shape={
+        "experts": 8, "experts_per_token": 2, "hidden_size": 1024, "intermediate_per_gpu": 512,
+        "weights": "fp8"}))).points[0]
+    assert fp8.expert_mb == pytest.approx(weights / 2 / 1e6)
+    assert fp8.predicted_us > roofline_us / 2 + 8 * 1.3 + 6 * 3.0 - 1e-9
+
+
+def test_points_whose_experts_fit_in_l2_are_listed_but_not_compared(tmp_path):
+    """The benchmarks replay one routing ten times: experts that fit in L2 are read from it after the first call."""
+    _table(tmp_path, "t", l2_cache_mb=10.0, points=[[1, 1.0], [8, 40.0]])  # 1 token: 6.3 MB, 8 tokens: 22.6 MB
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)["kernels"]
+    compared = {p["tokens"]: p["compared"] for p in out["points"]}
+    assert compared == {1: False, 8: True}
+    eight = next(p for p in out["points"] if p["tokens"] == 8)
+    assert out["summary"]["points_compared"] == 1 and out["summary"]["points_in_l2"] == 1
+    assert out["summary"]["mape_pct"] == pytest.approx(abs(eight["error_pct"]))
+    assert eight["error_pct"] == pytest.approx((eight["predicted_us"] - 40.0) / 40.0 * 100)
+
+
+def test_kernel_tables_have_their_own_recorded_gate(tmp_path):
+    _table(tmp_path, "t", points=[[8, 40.0]])
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--record"]).exit_code == 0
+    recorded = yaml.safe_load((tmp_path / "recorded.yaml").read_text())
+    assert set(recorded) == {"mape_not_fitted_pct", "kernel_mape_pct"}
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--check"]).exit_code == 0
+    _table(tmp_path, "t", points=[[8, 4.0]])  # measured far faster: the kernel error grows, the cases' does not
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 1 and "recorded kernel mean error" in res.output and "REGRESSED" in res.output
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"gpu": "no-such-gpu"}, "gpu"),
+    ({"points": [[8, 1.0], [4, 2.0]]}, "points"),
+    ({"points": [[0, 1.0]]}, "points"),
+    ({"kernel": "attention"}, "kernel"),
+    ({"shape": {"experts": 8}}, "shape"),
+])
+def test_bad_kernel_tables_exit_2_naming_the_field(tmp_path, change, needle):
+    _table(tmp_path, "k", **change)
+    res = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "k.yaml" in res.output and "Traceback" not in res.output
+
+
+def test_the_kernel_tables_do_not_regress_and_are_cited():
+    from simspec.kernel_validation import kernel_files, load_table
+
+    files = kernel_files(VALIDATION)
+    assert len(files) >= 5
+    for f in files:
+        t = load_table(f)
+        assert t.source.url and t.source.quote and t.l2_source, f.name
+    out = json.loads(CliRunner().invoke(main, ["validate", str(VALIDATION), "--json"]).output)
+    k = out["kernels"]["summary"]
+    assert k["recorded_mape_pct"] is not None, "validation/recorded.yaml has no kernel_mape_pct"
+    assert k["mape_pct"] <= k["recorded_mape_pct"]
+    assert len({row["gpu"] for row in k["by_table"]}) >= 4

@@ -112,6 +112,13 @@ def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, i
     return kernels, small, copies
 
 
+def part_kernels(part: str, fmt: str | None, version: tuple[int, int] = DEFAULT_RELEASE) -> tuple[int, int]:
+    """(kernels, small kernels) one layer's `part` (kernels.yaml per_layer) launches with weights of format `fmt`
+    in SGLang release `version`."""
+    kernels, small, _ = _count_parts([(part, 1, fmt)], version)
+    return kernels, small
+
+
 def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
                   version: tuple[int, int]) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of one decode forward of `model`'s stack, from

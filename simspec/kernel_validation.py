@@ -1,0 +1,186 @@
+"""Kernel tables: published microbenchmark timings of one kernel, predicted by the time model's own cost of it.
+
+An end-to-end case (validation.py) tests every part of the model at once, so its error says little about which
+part is wrong. A kernel table isolates one part on GPUs and shapes nothing was fitted to. Today one kernel: the
+Triton fused MoE that SGLang and vLLM run for routed experts, as their tuning scripts time it
+(vLLM benchmarks/kernels/benchmark_moe.py, SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py):
+ten calls captured in one CUDA graph, random gating (uniform routing on average), the mean per call. The model
+prices such a call with the terms a decode forward charges per MoE layer (ForwardModel.fused_moe_call_us): each
+kernel's roofline over the experts the tokens touch, and the boundaries and floors of the kernels the call
+launches (presets/kernels.yaml).
+
+The scripts replay the same routing ten times in a row. When the experts one call touches fit in the GPU's L2
+cache, the later calls read them from L2, which serving never does (every layer has its own experts). Those
+points are listed but not compared: a table names its GPU's L2 size and its source.
+
+validation/kernels/*.yaml hold the tables; `simspec validate` reports them apart from the end-to-end cases, and
+validation/recorded.yaml keeps their mean error as a second CI gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from simspec.errors import InputError
+from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
+from simspec.scenario.reading import read_yaml, validation_error
+from simspec.scenario.schema import StrictModel
+from simspec.timing.forward import Efficiencies, ForwardModel, distinct_experts
+from simspec.timing.stack import part_kernels, target_stack
+from simspec.validation import Source
+
+KERNELS_DIR = "kernels"
+
+# Kernels of kernels.yaml's `moe` part that a fused-MoE benchmark does not launch, or launches only when it
+# times the routing: the router GEMM (its input is the gating output, made outside the call) and the top-k.
+ROUTER_GEMM = (1, 0)  # (kernels, small)
+TOP_K = (1, 1)
+
+
+class MoeShape(StrictModel):
+    experts: int = Field(ge=1)
+    experts_per_token: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    intermediate_per_gpu: int = Field(ge=1, description="N of the config file name: one expert's intermediate "
+                                                        "columns on one GPU")
+    weights: WeightFormat
+
+
+class KernelTable(StrictModel):
+    id: str
+    title: str
+    source: Source
+    kernel: Literal["fused_moe"]
+    gpu: str
+    shape: MoeShape
+    routing_timed: bool = Field(description="the top-k over the gating output runs inside the timed calls")
+    config: Literal["default", "tuned"] = Field(description="the script's default tile heuristic, or a tuned "
+                                                            "config file for this shape and GPU")
+    l2_cache_mb: float = Field(gt=0)
+    l2_source: str
+    points: list[tuple[int, float]] = Field(min_length=1, description="(tokens, microseconds per call)")
+    assumptions: list[str] = Field(default_factory=list)
+    missing_mechanism: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    tokens: int
+    measured_us: float
+    predicted_us: float
+    expert_mb: float  # weights of the experts one call touches
+    compared: bool  # False when they fit in L2 (the benchmark's repeated calls hit it)
+
+    @property
+    def error_pct(self) -> float:
+        return (self.predicted_us - self.measured_us) / self.measured_us * 100.0
+
+
+@dataclass(frozen=True)
+class TableResult:
+    table: KernelTable
+    file: str
+    points: list[KernelPoint]
+
+    @property
+    def compared(self) -> list[KernelPoint]:
+        return [p for p in self.points if p.compared]
+
+    @property
+    def mape_pct(self) -> float | None:
+        errs = [abs(p.error_pct) for p in self.compared]
+        return sum(errs) / len(errs) if errs else None
+
+
+def kernel_files(directory: str | Path) -> list[Path]:
+    """The kernel tables of a suite directory (DIR/kernels/*.yaml); none when it has no such folder."""
+    d = Path(directory)
+    root = d / KERNELS_DIR
+    return sorted(root.glob("*.yaml")) if d.is_dir() and root.is_dir() else []
+
+
+def load_table(path: Path) -> KernelTable:
+    data = read_yaml(path)
+    try:
+        table = KernelTable.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, str(path), KernelTable) from None
+    if table.id != path.stem:
+        raise InputError(f"id {table.id!r} must equal the file name without .yaml ({path.stem!r})",
+                         file=str(path), key="id")
+    if table.gpu not in gpus():
+        raise InputError(f"unknown GPU preset {table.gpu!r}; allowed: {', '.join(sorted(gpus()))}",
+                         file=str(path), key="gpu")
+    tokens = [m for m, _ in table.points]
+    if tokens != sorted(set(tokens)) or any(m < 1 or us <= 0 for m, us in table.points):
+        raise InputError("points must be (tokens >= 1, microseconds > 0) pairs, by rising tokens, each once",
+                         file=str(path), key="points")
+    return table
+
+
+def _one_moe_layer(shape: MoeShape) -> ModelPreset:
+    """A one-layer model whose only MoE layer has this shape at TP 1 (N is already per GPU). Its attention,
+    vocabulary and embeddings are placeholders the fused-MoE cost never reads."""
+    return ModelPreset(
+        display_name="fused-MoE benchmark shape", source="a kernel table (validation/kernels)",
+        architecture="MoeBenchmarkShape", context_length=1, num_layers=1, num_dense_layers=0,
+        hidden_size=shape.hidden_size, moe_intermediate_size=shape.intermediate_per_gpu,
+        num_routed_experts=shape.experts, experts_per_token=shape.experts_per_token, num_shared_experts=0,
+        attention={"kind": "gqa", "num_heads": 1, "num_kv_heads": 1, "head_dim": 1}, vocab_size=1,
+        tie_word_embeddings=True, mtp_layers=0,
+        weights={"attention": "bf16", "routed_experts": shape.weights, "embedding": "bf16", "lm_head": "bf16"},
+        published_params_b=1.0)
+
+
+def default_efficiencies() -> Efficiencies:
+    """The time model's coefficients as simspec predicts with no calibration profile (presets/defaults.yaml)."""
+    d = {k: v.value for k, v in default_coefficients().items()}
+    return Efficiencies(memory_bandwidth=d["memory_bandwidth_efficiency"], compute=d["compute_efficiency"],
+                        routing_locality=0.0, forward_overhead_ms=d["forward_overhead_ms"],
+                        kernel_gap_graph_us=d["kernel_gap_graph_us"], small_kernel_us=d["small_kernel_us"],
+                        layer_overhead_eager_us=d["layer_overhead_eager_us"])
+
+
+def predict_table(table: KernelTable, file: str = "") -> TableResult:
+    """Every point of a table predicted; the benchmark's random gating is uniform routing (locality 0)."""
+    shape = table.shape
+    stack = target_stack(_one_moe_layer(shape), tp=1)
+    model = ForwardModel(stack, gpus()[table.gpu], None, default_efficiencies())  # type: ignore[arg-type]
+    kernels, small = part_kernels("moe", shape.weights)
+    kernels -= ROUTER_GEMM[0] + (0 if table.routing_timed else TOP_K[0])
+    small -= ROUTER_GEMM[1] + (0 if table.routing_timed else TOP_K[1])
+    points = []
+    for tokens, measured in table.points:
+        touched = distinct_experts(shape.experts, shape.experts_per_token, tokens, tokens, 0.0)
+        expert_mb = touched * stack.expert_bytes_per_gpu / 1e6
+        points.append(KernelPoint(tokens, measured, model.fused_moe_call_us(tokens, kernels, small), expert_mb,
+                                  compared=expert_mb > table.l2_cache_mb))
+    return TableResult(table, file, points)
+
+
+def run_tables(files: list[Path]) -> list[TableResult]:
+    return [predict_table(load_table(f), str(f)) for f in files]
+
+
+def summary(results: list[TableResult]) -> dict[str, Any]:
+    compared = [p for r in results for p in r.compared]
+    errs = [abs(p.error_pct) for p in compared]
+    return {
+        "tables": len(results),
+        "points_compared": len(compared),
+        "points_in_l2": sum(len(r.points) - len(r.compared) for r in results),
+        "mape_pct": sum(errs) / len(errs) if errs else None,
+        "by_table": [{"id": r.table.id, "gpu": r.table.gpu, "config": r.table.config,
+                      "points_compared": len(r.compared), "mape_pct": r.mape_pct} for r in results],
+    }
+
+
+def as_rows(results: list[TableResult]) -> list[dict[str, Any]]:
+    return [{"table": r.table.id, "gpu": r.table.gpu, "tokens": p.tokens, "measured_us": p.measured_us,
+             "predicted_us": p.predicted_us, "error_pct": p.error_pct, "expert_mb": p.expert_mb,
+             "compared": p.compared, "source": r.table.source.url or r.table.source.citation}
+            for r in results for p in r.points]
