@@ -82,6 +82,8 @@ def case_files(directory: str | Path) -> list[Path]:
     if d.is_file():
         return [d]
     root = d / "cases" if (d / "cases").is_dir() else d
+    if root.name == "kernels" and (root.parent / "cases").is_dir():
+        raise InputError(f"a folder of kernel tables: they run with their suite; give {root.parent}", file=str(d))
     files = sorted(f for f in root.glob("*.yaml") if f.name != RECORDED)
     if not files:
         raise InputError("no case files (*.yaml) found", file=str(root))

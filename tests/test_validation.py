@@ -238,6 +238,12 @@ def test_bad_kernel_tables_exit_2_naming_the_field(tmp_path, change, needle):
     assert needle in res.output and "k.yaml" in res.output and "Traceback" not in res.output
 
 
+def test_a_kernel_folder_given_alone_is_an_input_error(tmp_path):
+    _table(tmp_path, "t")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "kernels")])
+    assert res.exit_code == 2 and "kernel tables" in res.output and "Traceback" not in res.output
+
+
 def test_the_kernel_tables_do_not_regress_and_are_cited():
     from simspec.kernel_validation import kernel_files, load_table
 
