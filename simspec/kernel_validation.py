@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from simspec.errors import InputError
 from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
-from simspec.scenario.reading import read_yaml, validation_error
 from simspec.scenario.schema import StrictModel
 from simspec.timing.forward import Efficiencies, ForwardModel, distinct_experts
 from simspec.timing.stack import part_kernels, target_stack
-from simspec.validation import Source
+from simspec.validation import Source, load_named
 
 KERNELS_DIR = "kernels"
 
@@ -104,14 +103,7 @@ def kernel_files(directory: str | Path) -> list[Path]:
 
 
 def load_table(path: Path) -> KernelTable:
-    data = read_yaml(path)
-    try:
-        table = KernelTable.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc, str(path), KernelTable) from None
-    if table.id != path.stem:
-        raise InputError(f"id {table.id!r} must equal the file name without .yaml ({path.stem!r})",
-                         file=str(path), key="id")
+    table = load_named(path, KernelTable)
     if table.gpu not in gpus():
         raise InputError(f"unknown GPU preset {table.gpu!r}; allowed: {', '.join(sorted(gpus()))}",
                          file=str(path), key="gpu")

@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -21,6 +21,8 @@ from simspec.scenario.reading import read_yaml, validation_error
 from simspec.scenario.schema import StrictModel
 
 Metric = Literal["tokens_per_s", "throughput_tokens_per_s", "speedup", "throughput_speedup", "iteration_ms"]
+
+M = TypeVar("M", bound=StrictModel)
 
 # The bar set by issue 5: every non-fitted case within 10%, their mean within 5%.
 CASE_BAR_PCT = 10.0
@@ -63,16 +65,21 @@ class CaseResult:
         return self.error_pct is not None and abs(self.error_pct) <= CASE_BAR_PCT
 
 
-def load_case(path: Path) -> Case:
+def load_named(path: Path, schema: type[M]) -> M:
+    """A suite file (a case or a kernel table) read against its schema; its id must be its file name."""
     data = read_yaml(path)
     try:
-        case = Case.model_validate(data)
+        item = schema.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, str(path), Case) from None
-    if case.id != path.stem:
-        raise InputError(f"id {case.id!r} must equal the file name without .yaml ({path.stem!r})",
+        raise validation_error(exc, str(path), schema) from None
+    if item.id != path.stem:  # type: ignore[attr-defined]
+        raise InputError(f"id {item.id!r} must equal the file name without .yaml ({path.stem!r})",  # type: ignore[attr-defined]
                          file=str(path), key="id")
-    return case
+    return item
+
+
+def load_case(path: Path) -> Case:
+    return load_named(path, Case)
 
 
 def case_files(directory: str | Path) -> list[Path]:

@@ -112,9 +112,13 @@ def test_record_then_check_passes_and_a_worse_model_fails(tmp_path):
 ])
 def test_bad_case_files_exit_2_naming_the_field(tmp_path, change, needle):
     _case(tmp_path, "x", **change)
-    res = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    _assert_exit_2_naming(tmp_path, "x.yaml", needle)
+
+
+def _assert_exit_2_naming(suite: Path, file_name: str, needle: str) -> None:
+    res = CliRunner().invoke(main, ["validate", str(suite)])
     assert res.exit_code == 2, res.output
-    assert needle in res.output and "x.yaml" in res.output and "Traceback" not in res.output
+    assert needle in res.output and file_name in res.output and "Traceback" not in res.output
 
 
 def test_id_must_match_the_file_name(tmp_path):
@@ -233,9 +237,7 @@ def test_kernel_tables_have_their_own_recorded_gate(tmp_path):
 ])
 def test_bad_kernel_tables_exit_2_naming_the_field(tmp_path, change, needle):
     _table(tmp_path, "k", **change)
-    res = CliRunner().invoke(main, ["validate", str(tmp_path)])
-    assert res.exit_code == 2, res.output
-    assert needle in res.output and "k.yaml" in res.output and "Traceback" not in res.output
+    _assert_exit_2_naming(tmp_path, "k.yaml", needle)
 
 
 def test_a_kernel_folder_given_alone_is_an_input_error(tmp_path):
