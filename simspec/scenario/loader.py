@@ -317,8 +317,10 @@ def _load_profile_for(sc: Scenario, path: str) -> tuple[Profile | None, str | No
 def preset_curve(name: str) -> CollectiveCurve:
     """The all-reduce curve of interconnect preset `name`, with the NCCL curve it falls back to, if any."""
     ic = presets.interconnects()[name]
+    dispatch = f" (each message goes to {ic.fallback} where that is faster)" if ic.fallback else ""
     return CollectiveCurve(measured_gpus=ic.measured_gpus, points_bytes_us=ic.points_bytes_us,
-                           bus_bandwidth_gbps=ic.bus_bandwidth_gbps, source=f"interconnect preset {name}: {ic.source}",
+                           bus_bandwidth_gbps=ic.bus_bandwidth_gbps,
+                           source=f"interconnect preset {name}{dispatch}: {ic.source}",
                            fallback=preset_curve(ic.fallback) if ic.fallback else None)
 
 
