@@ -1,8 +1,13 @@
 """Kernel tables: published microbenchmark timings of one kernel, predicted by the time model's own cost of it.
 
 An end-to-end case (validation.py) tests every part of the model at once, so its error says little about which
-part is wrong. A kernel table isolates one part on GPUs and shapes nothing was fitted to. Today one kernel: the
-Triton fused MoE that SGLang and vLLM run for routed experts, as their tuning scripts time it
+part is wrong. A kernel table isolates one part on GPUs and shapes nothing was fitted to. Two kinds today.
+
+The all-reduce across a TP group (`kernel: all_reduce`): nccl-tests bus bandwidths measured on one box at two GPU
+counts; the model takes the box's curve at one count, as a calibration profile would carry it, and predicts the
+other through its TP scaling (timing/collectives.py), the what-if "TP 4 instead of 8 on this box" asks.
+
+The Triton fused MoE that SGLang and vLLM run for routed experts (`kernel: fused_moe`), as their tuning scripts time it
 (vLLM benchmarks/kernels/benchmark_moe.py, SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py):
 ten calls captured in one CUDA graph, random gating (uniform routing on average), the mean per call. The model
 prices such a call with the terms a decode forward charges per MoE layer (ForwardModel.fused_moe_call_us): each
@@ -27,7 +32,10 @@ from pydantic import Field
 
 from simspec.errors import InputError
 from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
+from simspec.scenario.profile import CollectiveCurve
+from simspec.scenario.reading import read_yaml
 from simspec.scenario.schema import StrictModel
+from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardModel, distinct_experts
 from simspec.timing.stack import part_kernels, target_stack
 from simspec.validation import Source, load_named
@@ -49,10 +57,15 @@ class MoeShape(StrictModel):
     weights: WeightFormat
 
 
-class KernelTable(StrictModel):
+class _Table(StrictModel):
     id: str
     title: str
     source: Source
+    assumptions: list[str] = Field(default_factory=list)
+    missing_mechanism: str | None = None
+
+
+class FusedMoeTable(_Table):
     kernel: Literal["fused_moe"]
     gpu: str
     shape: MoeShape
@@ -62,16 +75,31 @@ class KernelTable(StrictModel):
     l2_cache_mb: float = Field(gt=0)
     l2_source: str
     points: list[tuple[int, float]] = Field(min_length=1, description="(tokens, microseconds per call)")
-    assumptions: list[str] = Field(default_factory=list)
-    missing_mechanism: str | None = None
+
+
+class BusBandwidthCurve(StrictModel):
+    gpus: int = Field(ge=2)
+    busbw_gbps: list[tuple[int, float]] = Field(min_length=1, description="(message bytes, nccl-tests busbw GB/s)")
+
+
+class AllReduceTable(_Table):
+    kernel: Literal["all_reduce"]
+    link: Literal["pcie", "nvlink"]
+    reference: BusBandwidthCurve = Field(description="the box's curve the model is given")
+    measured: BusBandwidthCurve = Field(description="the same box at another GPU count, to predict")
+
+
+KernelTable = FusedMoeTable | AllReduceTable
+KINDS: dict[str, type[FusedMoeTable] | type[AllReduceTable]] = {"fused_moe": FusedMoeTable,
+                                                                 "all_reduce": AllReduceTable}
 
 
 @dataclass(frozen=True)
 class KernelPoint:
-    tokens: int
+    size: int  # tokens (fused MoE) or message bytes (all-reduce)
     measured_us: float
     predicted_us: float
-    expert_mb: float  # weights of the experts one call touches
+    expert_mb: float | None  # fused MoE: weights of the experts one call touches
     compared: bool  # False when they fit in L2 (the benchmark's repeated calls hit it)
 
     @property
@@ -102,15 +130,26 @@ def kernel_files(directory: str | Path) -> list[Path]:
     return sorted(root.glob("*.yaml")) if d.is_dir() and root.is_dir() else []
 
 
+def _check_points(points: list[tuple[int, float]], what: str, path: Path, key: str) -> None:
+    sizes = [m for m, _ in points]
+    if sizes != sorted(set(sizes)) or any(m < 1 or v <= 0 for m, v in points):
+        raise InputError(f"must be ({what} >= 1, value > 0) pairs, by rising {what}, each once",
+                         file=str(path), key=key)
+
+
 def load_table(path: Path) -> KernelTable:
-    table = load_named(path, KernelTable)
+    kind = read_yaml(path).get("kernel")
+    if kind not in KINDS:
+        raise InputError(f"unknown kernel {kind!r}; allowed: {', '.join(KINDS)}", file=str(path), key="kernel")
+    table = load_named(path, KINDS[kind])
+    if isinstance(table, AllReduceTable):
+        _check_points(table.reference.busbw_gbps, "bytes", path, "reference.busbw_gbps")
+        _check_points(table.measured.busbw_gbps, "bytes", path, "measured.busbw_gbps")
+        return table
     if table.gpu not in gpus():
         raise InputError(f"unknown GPU preset {table.gpu!r}; allowed: {', '.join(sorted(gpus()))}",
                          file=str(path), key="gpu")
-    tokens = [m for m, _ in table.points]
-    if tokens != sorted(set(tokens)) or any(m < 1 or us <= 0 for m, us in table.points):
-        raise InputError("points must be (tokens >= 1, microseconds > 0) pairs, by rising tokens, each once",
-                         file=str(path), key="points")
+    _check_points(table.points, "tokens", path, "points")
     return table
 
 
@@ -137,8 +176,26 @@ def default_efficiencies() -> Efficiencies:
                         layer_overhead_eager_us=d["layer_overhead_eager_us"])
 
 
+def all_reduce_us(nbytes: int, busbw_gbps: float, gpus: int) -> float:
+    """The time nccl-tests reports for a bus bandwidth: algbw = busbw x n / (2(n-1)), time = bytes / algbw."""
+    return nbytes / (busbw_gbps * 1e9 * gpus / (2 * (gpus - 1))) * 1e6
+
+
+def predict_all_reduce(table: AllReduceTable, file: str = "") -> TableResult:
+    """The measured GPU count's times from the reference count's curve, through the model's TP scaling."""
+    ref = table.reference
+    curve = CollectiveCurve(measured_gpus=ref.gpus, source=table.id,
+                            points_bytes_us=[(b, all_reduce_us(b, bw, ref.gpus)) for b, bw in ref.busbw_gbps])
+    model = Collectives(curve, table.measured.gpus, table.link)
+    points = [KernelPoint(b, all_reduce_us(b, bw, table.measured.gpus), model.all_reduce_us(b), None, True)
+              for b, bw in table.measured.busbw_gbps]
+    return TableResult(table, file, points)
+
+
 def predict_table(table: KernelTable, file: str = "") -> TableResult:
-    """Every point of a table predicted; the benchmark's random gating is uniform routing (locality 0)."""
+    """Every point of a table predicted; a fused-MoE benchmark's random gating is uniform routing (locality 0)."""
+    if isinstance(table, AllReduceTable):
+        return predict_all_reduce(table, file)
     shape = table.shape
     stack = target_stack(_one_moe_layer(shape), tp=1)
     model = ForwardModel(stack, gpus()[table.gpu], None, default_efficiencies())  # type: ignore[arg-type]
@@ -166,13 +223,21 @@ def summary(results: list[TableResult]) -> dict[str, Any]:
         "points_compared": len(compared),
         "points_in_l2": sum(len(r.points) - len(r.compared) for r in results),
         "mape_pct": sum(errs) / len(errs) if errs else None,
-        "by_table": [{"id": r.table.id, "gpu": r.table.gpu, "config": r.table.config,
+        "by_table": [{"id": r.table.id, "kernel": r.table.kernel, "hardware": hardware(r.table),
                       "points_compared": len(r.compared), "mape_pct": r.mape_pct} for r in results],
     }
 
 
+def hardware(table: KernelTable) -> str:
+    """What a table ran on, for listings: the GPU preset, or the GPU counts of an all-reduce."""
+    if isinstance(table, AllReduceTable):
+        return f"{table.link}, {table.reference.gpus} -> {table.measured.gpus} GPUs"
+    return table.gpu
+
+
 def as_rows(results: list[TableResult]) -> list[dict[str, Any]]:
-    return [{"table": r.table.id, "gpu": r.table.gpu, "tokens": p.tokens, "measured_us": p.measured_us,
+    return [{"table": r.table.id, "kernel": r.table.kernel, "hardware": hardware(r.table), "size": p.size,
+             "unit": "bytes" if r.table.kernel == "all_reduce" else "tokens", "measured_us": p.measured_us,
              "predicted_us": p.predicted_us, "error_pct": p.error_pct, "expert_mb": p.expert_mb,
              "compared": p.compared, "source": r.table.source.url or r.table.source.citation}
             for r in results for p in r.points]

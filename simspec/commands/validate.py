@@ -139,14 +139,15 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
             k = Table(title="kernel tables: published microbenchmarks of one kernel (not in the means above)",
                       title_justify="left")
             k.add_column("table", overflow="fold")
-            k.add_column("gpu")
-            k.add_column("tiles")
+            k.add_column("kernel")
+            k.add_column("hardware", overflow="fold")
             for col in ("points", "mean |error|", "error range"):
                 k.add_column(col, justify="right", no_wrap=True)
             for r in tables:
                 errs = [p.error_pct for p in r.compared]
                 span = f"{min(errs):+.0f}..{max(errs):+.0f}%" if errs else ""
-                k.add_row(escape(r.table.id), r.table.gpu, r.table.config,
+                kind = f"fused MoE, {r.table.config} tiles" if r.table.kernel == "fused_moe" else "all-reduce"
+                k.add_row(escape(r.table.id), kind, escape(kv.hardware(r.table)),
                           f"{len(r.compared)} of {len(r.points)}", pct(r.mape_pct), span)
             console.print(k)
             console.print(f"mean absolute error, kernel points compared ({kernel_summary['points_compared']}):"
