@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from pydantic import Field
+from pydantic import Field, StrictBool, model_validator
 
 from simspec.errors import InputError
 from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
@@ -42,10 +42,15 @@ from simspec.validation import Source, load_named
 
 KERNELS_DIR = "kernels"
 
+class KernelCount(NamedTuple):
+    boundaries: int  # kernels launched (each a boundary inside the graph)
+    small: int  # of which move almost no bytes
+
+
 # Kernels of kernels.yaml's `moe` part that a fused-MoE benchmark does not launch, or launches only when it
 # times the routing: the router GEMM (its input is the gating output, made outside the call) and the top-k.
-ROUTER_GEMM = (1, 0)  # (kernels, small)
-TOP_K = (1, 1)
+ROUTER_GEMM = KernelCount(boundaries=1, small=0)
+TOP_K = KernelCount(boundaries=1, small=1)
 
 
 class MoeShape(StrictModel):
@@ -55,6 +60,12 @@ class MoeShape(StrictModel):
     intermediate_per_gpu: int = Field(ge=1, description="N of the config file name: one expert's intermediate "
                                                         "columns on one GPU")
     weights: WeightFormat
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> MoeShape:
+        if self.experts_per_token > self.experts:
+            raise ValueError("experts_per_token cannot exceed experts")
+        return self
 
 
 class _Table(StrictModel):
@@ -69,11 +80,12 @@ class FusedMoeTable(_Table):
     kernel: Literal["fused_moe"]
     gpu: str
     shape: MoeShape
-    routing_timed: bool = Field(description="the top-k over the gating output runs inside the timed calls")
-    config: Literal["default", "tuned"] = Field(description="the script's default tile heuristic, or a tuned "
-                                                            "config file for this shape and GPU")
-    l2_cache_mb: float = Field(gt=0)
-    l2_source: str
+    routing_timed: StrictBool = Field(description="the top-k over the gating output runs inside the timed calls")
+    config: Literal["default", "tuned"] = Field(description="the script's default tile heuristic, or a tuned config "
+                                                            "file for this shape and GPU (informational: the model has "
+                                                            "no tiles)")
+    l2_cache_mb: float = Field(gt=0, description="the GPU's L2: points whose touched experts fit are not compared")
+    l2_source: str = Field(description="where the L2 size comes from (informational)")
     points: list[tuple[int, float]] = Field(min_length=1, description="(tokens, microseconds per call)")
 
 
@@ -87,6 +99,12 @@ class AllReduceTable(_Table):
     link: Literal["pcie", "nvlink"]
     reference: BusBandwidthCurve = Field(description="the box's curve the model is given")
     measured: BusBandwidthCurve = Field(description="the same box at another GPU count, to predict")
+
+    @model_validator(mode="after")
+    def _two_group_sizes(self) -> AllReduceTable:
+        if self.reference.gpus == self.measured.gpus:
+            raise ValueError("measured.gpus must differ from reference.gpus: the table tests the scaling between them")
+        return self
 
 
 KernelTable = FusedMoeTable | AllReduceTable
@@ -199,14 +217,14 @@ def predict_table(table: KernelTable, file: str = "") -> TableResult:
     shape = table.shape
     stack = target_stack(_one_moe_layer(shape), tp=1)
     model = ForwardModel(stack, gpus()[table.gpu], None, default_efficiencies())  # type: ignore[arg-type]
-    kernels, small = part_kernels("moe", shape.weights)
-    kernels -= ROUTER_GEMM[0] + (0 if table.routing_timed else TOP_K[0])
-    small -= ROUTER_GEMM[1] + (0 if table.routing_timed else TOP_K[1])
+    boundaries, small = part_kernels("moe", shape.weights)
+    boundaries -= ROUTER_GEMM.boundaries + (0 if table.routing_timed else TOP_K.boundaries)
+    small -= ROUTER_GEMM.small + (0 if table.routing_timed else TOP_K.small)
     points = []
     for tokens, measured in table.points:
         touched = distinct_experts(shape.experts, shape.experts_per_token, tokens, tokens, 0.0)
         expert_mb = touched * stack.expert_bytes_per_gpu / 1e6
-        points.append(KernelPoint(tokens, measured, model.fused_moe_call_us(tokens, kernels, small), expert_mb,
+        points.append(KernelPoint(tokens, measured, model.fused_moe_call_us(tokens, boundaries, small), expert_mb,
                                   compared=expert_mb > table.l2_cache_mb))
     return TableResult(table, file, points)
 

@@ -86,11 +86,12 @@ def case_files(directory: str | Path) -> list[Path]:
     d = Path(directory)
     if not d.exists():
         raise InputError("directory not found", file=str(d))
+    folder = d.parent if d.is_file() else d
+    if folder.name == "kernels" and (folder.parent / "cases").is_dir():
+        raise InputError(f"kernel tables run with their suite: give {folder.parent}", file=str(d))
     if d.is_file():
         return [d]
     root = d / "cases" if (d / "cases").is_dir() else d
-    if root.name == "kernels" and (root.parent / "cases").is_dir():
-        raise InputError(f"a folder of kernel tables: they run with their suite; give {root.parent}", file=str(d))
     files = sorted(f for f in root.glob("*.yaml") if f.name != RECORDED)
     if not files:
         raise InputError("no case files (*.yaml) found", file=str(root))

@@ -50,6 +50,12 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
         tables = kv.run_tables(kv.kernel_files(root)) if not Path(directory).is_file() else []
         kernel_summary = kv.summary(tables) if tables else None
         kernel_recorded = v.recorded_mape(root, "kernel_mape_pct") if tables else None
+        if tables and recorded is not None and kernel_recorded is None and not record:
+            raise InputError("has no kernel_mape_pct while the suite has kernel tables: record it with --record",
+                             file=str(root / v.RECORDED), key="kernel_mape_pct")
+        if tables and record and kv.summary(tables)["mape_pct"] is None:
+            raise InputError("no kernel-table point is compared (all fit in L2): nothing to record for them",
+                             file=str(root / kv.KERNELS_DIR), key="--record")
         if record and Path(directory).is_file():
             raise InputError("--record records the whole suite's error: give the suite directory, not one case",
                              file=directory, key="--record")

@@ -165,15 +165,17 @@ class ForwardModel:
         compute = sum(self._time(b, f, self.stack.expert_compute) for _, b, f in kernels)
         return compute, sum(b for _, b, _ in kernels) / self._bw
 
-    def fused_moe_call_us(self, tokens: int, kernels: int, small: int) -> float:
+    def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
         """One call of the routed experts over `tokens` independent tokens (each its own sequence), as a
         microbenchmark of the fused MoE times it inside a CUDA graph: the four kernels of moe_kernels at their
-        rooflines, plus `kernels` boundaries of which `small` move almost no bytes (the caller counts what its
-        benchmark launches). The same terms a decode forward charges per MoE layer (simspec.kernel_validation)."""
+        rooflines, plus `boundaries` kernel launches of which `small_kernels` move almost no bytes (the caller
+        counts what its benchmark launches). The same terms a decode forward charges per MoE layer
+        (simspec.kernel_validation)."""
         shape = ForwardShape(num_seqs=tokens, tokens=tokens, real_seqs=tokens, real_tokens=tokens,
                              logit_tokens=tokens, graph=True)
         rooflines_s, _ = self._moe(shape)
-        return rooflines_s * 1e6 + kernels * self.eff.kernel_gap_graph_us + small * self.eff.small_kernel_us
+        return (rooflines_s * 1e6 + boundaries * self.eff.kernel_gap_graph_us
+                + small_kernels * self.eff.small_kernel_us)
 
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
