@@ -7,12 +7,12 @@ The all-reduce across a TP group (`kernel: all_reduce`): nccl-tests bus bandwidt
 counts; the model takes the box's curve at one count, as a calibration profile would carry it, and predicts the
 other through its TP scaling (timing/collectives.py), the what-if "TP 4 instead of 8 on this box" asks.
 
-The Triton fused MoE that SGLang and vLLM run for routed experts (`kernel: fused_moe`), as their tuning scripts time it
-(vLLM benchmarks/kernels/benchmark_moe.py, SGLang benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py):
-ten calls captured in one CUDA graph, random gating (uniform routing on average), the mean per call. The model
-prices such a call with the terms a decode forward charges per MoE layer (ForwardModel.fused_moe_call_us): each
-kernel's roofline over the experts the tokens touch, and the boundaries and floors of the kernels the call
-launches (presets/kernels.yaml).
+The Triton fused MoE that SGLang and vLLM run for routed experts (`kernel: fused_moe`), as their tuning scripts
+time it (vLLM benchmarks/kernels/benchmark_moe.py, SGLang's fused_moe_triton/tuning_fused_moe_triton.py): ten calls
+captured in one CUDA graph, random gating (uniform routing on average), the mean per call. The model prices such a
+call with the terms a decode forward charges per MoE layer (ForwardModel.fused_moe_call_us): each kernel's roofline
+over the experts the tokens touch, and the boundaries and floors of the kernels the call launches
+(presets/kernels.yaml).
 
 The scripts replay the same routing ten times in a row. When the experts one call touches fit in the GPU's L2
 cache, the later calls read them from L2, which serving never does (every layer has its own experts). Those
@@ -41,6 +41,7 @@ from simspec.timing.stack import part_kernels, target_stack
 from simspec.validation import Source, load_named
 
 KERNELS_DIR = "kernels"
+
 
 class KernelCount(NamedTuple):
     boundaries: int  # kernels launched (each a boundary inside the graph)

@@ -72,8 +72,9 @@ def load_named(path: Path, schema: type[M]) -> M:
         item = schema.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, str(path), schema) from None
-    if item.id != path.stem:  # type: ignore[attr-defined]
-        raise InputError(f"id {item.id!r} must equal the file name without .yaml ({path.stem!r})",  # type: ignore[attr-defined]
+    ident = item.id  # type: ignore[attr-defined]  # every suite schema has one
+    if ident != path.stem:
+        raise InputError(f"id {ident!r} must equal the file name without .yaml ({path.stem!r})",
                          file=str(path), key="id")
     return item
 
