@@ -24,12 +24,13 @@ validation/recorded.yaml keeps their mean error as a second CI gate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, StrictBool, model_validator
 
+from simspec.calibration.collectives import time_from_bus_bandwidth_us
 from simspec.errors import InputError
 from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
 from simspec.scenario.profile import CollectiveCurve
@@ -187,27 +188,21 @@ def _one_moe_layer(shape: MoeShape) -> ModelPreset:
 
 
 def default_efficiencies() -> Efficiencies:
-    """The time model's coefficients as simspec predicts with no calibration profile (presets/defaults.yaml)."""
-    d = {k: v.value for k, v in default_coefficients().items()}
-    return Efficiencies(memory_bandwidth=d["memory_bandwidth_efficiency"], compute=d["compute_efficiency"],
-                        routing_locality=0.0, forward_overhead_ms=d["forward_overhead_ms"],
-                        kernel_gap_graph_us=d["kernel_gap_graph_us"], small_kernel_us=d["small_kernel_us"],
-                        layer_overhead_eager_us=d["layer_overhead_eager_us"])
-
-
-def all_reduce_us(nbytes: int, busbw_gbps: float, gpus: int) -> float:
-    """The time nccl-tests reports for a bus bandwidth: algbw = busbw x n / (2(n-1)), time = bytes / algbw."""
-    return nbytes / (busbw_gbps * 1e9 * gpus / (2 * (gpus - 1))) * 1e6
+    """The time model's coefficients as simspec predicts with no calibration profile (presets/defaults.yaml), with
+    uniform routing: the benchmarks draw random gating for every token."""
+    defaults = default_coefficients()
+    return replace(Efficiencies.from_coefficients(lambda name: defaults[name].value), routing_locality=0.0)
 
 
 def predict_all_reduce(table: AllReduceTable, file: str = "") -> TableResult:
     """The measured GPU count's times from the reference count's curve, through the model's TP scaling."""
-    ref = table.reference
+    ref, measured = table.reference, table.measured
     curve = CollectiveCurve(measured_gpus=ref.gpus, source=table.id,
-                            points_bytes_us=[(b, all_reduce_us(b, bw, ref.gpus)) for b, bw in ref.busbw_gbps])
-    model = Collectives(curve, table.measured.gpus, table.link)
-    points = [KernelPoint(b, all_reduce_us(b, bw, table.measured.gpus), model.all_reduce_us(b), None, True)
-              for b, bw in table.measured.busbw_gbps]
+                            points_bytes_us=[(b, time_from_bus_bandwidth_us(b, bw, ref.gpus))
+                                             for b, bw in ref.busbw_gbps])
+    model = Collectives(curve, measured.gpus, table.link)
+    points = [KernelPoint(b, time_from_bus_bandwidth_us(b, bw, measured.gpus), model.all_reduce_us(b), None, True)
+              for b, bw in measured.busbw_gbps]
     return TableResult(table, file, points)
 
 

@@ -61,7 +61,7 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         schedule_conservativeness=sc.server.schedule_conservativeness,
         decode_tokens_per_request=decode_tokens(rs),
         retract_latest_first=rs.speculative,
-        turns=arrival.turns if arrival.type == "closed" else 1,
+        turns=sc.workload.turns,
     )
     env.run(until=engine.done)
     gaps, weights = engine.rec.inter_token_latencies_ms()

@@ -179,6 +179,11 @@ def bus_bandwidth_gbps(nbytes: float, time_us: float, world_size: int) -> float:
     return nbytes / (time_us * 1e-6) * 2 * (world_size - 1) / world_size / 1e9
 
 
+def time_from_bus_bandwidth_us(nbytes: float, busbw_gbps: float, world_size: int) -> float:
+    """The all-reduce time a reported bus bandwidth stands for: the inverse of bus_bandwidth_gbps."""
+    return nbytes / (busbw_gbps * 1e9) * 2 * (world_size - 1) / world_size * 1e6
+
+
 def fit_collective_curve(samples: list[CollectiveSample], *, prefer_graph: bool = True, world_size: int | None = None,
                          source: str | None = None, bandwidth_points: int = 3) -> CollectiveCurve:
     """All-reduce samples -> CollectiveCurve.

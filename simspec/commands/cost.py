@@ -84,8 +84,7 @@ def _generation_rate(path: str, overrides: list[str], concurrency: int) -> tuple
     from simspec.workload import whole_conversations
 
     rs = load_scenario(path, overrides)
-    arrival = rs.scenario.workload.arrival
-    turns = arrival.turns if arrival.type == "closed" else 1  # keep the conversations' turns
+    turns = rs.scenario.workload.turns  # keep the conversations' turns
     requests = whole_conversations(rs.scenario.workload.num_requests, concurrency, turns)
     gen = load_scenario(path, [*overrides, "speculative={algorithm: none}", "acceptance=",
                                f"workload.arrival={{type: closed, concurrency: {concurrency}, turns: {turns}}}",

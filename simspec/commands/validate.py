@@ -53,7 +53,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
         if tables and recorded is not None and kernel_recorded is None and not record:
             raise InputError("has no kernel_mape_pct while the suite has kernel tables: record it with --record",
                              file=str(root / v.RECORDED), key="kernel_mape_pct")
-        if tables and record and kv.summary(tables)["mape_pct"] is None:
+        if kernel_summary is not None and record and kernel_summary["mape_pct"] is None:
             raise InputError("no kernel-table point is compared (all fit in L2): nothing to record for them",
                              file=str(root / kv.KERNELS_DIR), key="--record")
         if record and Path(directory).is_file():

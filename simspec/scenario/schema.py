@@ -204,9 +204,14 @@ class Workload(StrictModel):
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
 
+    @property
+    def turns(self) -> int:
+        """Requests per conversation: a closed loop's turns; every Poisson arrival is a conversation of one."""
+        return self.arrival.turns if self.arrival.type == "closed" else 1
+
     @model_validator(mode="after")
     def _whole_conversations(self) -> Workload:
-        turns = self.arrival.turns if self.arrival.type == "closed" else 1
+        turns = self.turns
         if self.num_requests % turns:
             raise ValueError(f"num_requests ({self.num_requests}) must be a multiple of arrival.turns ({turns}):"
                              " whole conversations")

@@ -13,6 +13,7 @@ is what bounds a compute-starved part such as the H20.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simspec.presets import GpuPreset
@@ -58,6 +59,16 @@ class Efficiencies:
     kernel_gap_graph_us: float
     small_kernel_us: float
     layer_overhead_eager_us: float
+
+    @classmethod
+    def from_coefficients(cls, coefficient: Callable[[str], float]) -> Efficiencies:
+        """The efficiencies from a coefficient lookup by defaults.yaml name (a scenario's profile or the defaults)."""
+        return cls(memory_bandwidth=coefficient("memory_bandwidth_efficiency"),
+                   compute=coefficient("compute_efficiency"), routing_locality=coefficient("moe_routing_locality"),
+                   forward_overhead_ms=coefficient("forward_overhead_ms"),
+                   kernel_gap_graph_us=coefficient("kernel_gap_graph_us"),
+                   small_kernel_us=coefficient("small_kernel_us"),
+                   layer_overhead_eager_us=coefficient("layer_overhead_eager_us"))
 
 
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:

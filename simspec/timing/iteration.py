@@ -101,12 +101,7 @@ class IterationModel:
         self.rs = rs
         c = rs.coefficient
         tp = rs.scenario.server.tp
-        self.eff = Efficiencies(
-            memory_bandwidth=c("memory_bandwidth_efficiency"), compute=c("compute_efficiency"),
-            routing_locality=c("moe_routing_locality"), forward_overhead_ms=c("forward_overhead_ms"),
-            kernel_gap_graph_us=c("kernel_gap_graph_us"), small_kernel_us=c("small_kernel_us"),
-            layer_overhead_eager_us=c("layer_overhead_eager_us"),
-        )
+        self.eff = Efficiencies.from_coefficients(c)
         self.collectives = Collectives(rs.all_reduce, tp, rs.interconnect.link)
         srv = rs.scenario.server
         version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
