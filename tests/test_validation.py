@@ -108,7 +108,47 @@ def test_record_then_check_passes_and_a_worse_model_fails(tmp_path):
     assert res.exit_code == 1 and "REGRESSED" in res.output
 
 
+def test_alternatives_span_the_readings_of_unstated_inputs(tmp_path):
+    """A case measured at 1.5 x its H100 prediction: its reading misses (-33%); an H200 reading (the GPU unstated)
+    predicts more, so the error range widens upwards and is reported per reading. Whether the measurement lies in the
+    span decides which of the two miss counts the case joins."""
+    probe = json.loads(CliRunner().invoke(main, ["validate", str(_case(tmp_path, "probe").parent), "--json"]).output)
+    h100 = probe["cases"][0]["predicted"]
+    alt = [{"why": "the source says only 'Hopper'", "set": ["hardware.gpu=h200-sxm"]}]
+    _case(tmp_path, "probe", measured={"metric": "tokens_per_s", "value": 1.5 * h100}, alternatives=alt)
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    row = out["cases"][0]
+    assert row["predicted"] == pytest.approx(h100)  # the case's own reading is unchanged by its alternatives
+    (reading,) = row["alternatives"]
+    assert reading["set"] == ["hardware.gpu=h200-sxm"] and reading["predicted"] > h100 * 1.1  # H200 streams faster
+    assert reading["error_pct"] == pytest.approx((reading["predicted"] / (1.5 * h100) - 1) * 100)
+    assert row["error_range_pct"] == pytest.approx([row["error_pct"], reading["error_pct"]])
+    in_span = reading["error_pct"] >= -10.0
+    assert row["measured_in_range"] is in_span
+    s = out["summary"]
+    assert (s["not_fitted_missed_within_alternatives"], s["not_fitted_missed_outside_alternatives"]) == (
+        (1, 0) if in_span else (0, 1))
+    # measured far above every reading: no reading explains the miss
+    _case(tmp_path, "probe", measured={"metric": "tokens_per_s", "value": 5 * h100}, alternatives=alt)
+    s = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)["summary"]
+    assert (s["not_fitted_missed_within_alternatives"], s["not_fitted_missed_outside_alternatives"]) == (0, 1)
+    # a case without alternatives joins neither count
+    _case(tmp_path, "probe", measured={"metric": "tokens_per_s", "value": 5 * h100})
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    assert out["cases"][0]["error_range_pct"] is None and out["cases"][0]["measured_in_range"] is None
+    assert out["summary"]["not_fitted_missed_outside_alternatives"] == 0
+
+
+def test_an_alternative_that_does_not_predict_fails_its_case_naming_it(tmp_path):
+    _case(tmp_path, "x", alternatives=[{"why": "w", "set": ["hardware.gpu=no-such-gpu"]}])
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 1, res.output
+    assert "alternatives[0].set" in res.output and "no-such-gpu" in res.output and "Traceback" not in res.output
+
+
 @pytest.mark.parametrize(("change", "needle"), [
+    ({"alternatives": [{"why": "w", "set": []}]}, "alternatives.0.set"),
+    ({"alternatives": [{"set": ["hardware.gpu=h200-sxm"]}]}, "alternatives.0.why"),
     ({"measured": {"metric": "latency", "value": 1.0}}, "measured.metric"),
     ({"measured": {"metric": "tokens_per_s", "value": -1.0}}, "measured.value"),
     ({"fitted": "perhaps"}, "fitted"),

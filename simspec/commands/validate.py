@@ -107,15 +107,19 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
         t.add_column("metric", overflow="fold")
         for col in ("measured", "predicted", "error"):
             t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("other readings", justify="right", no_wrap=True)
         t.add_column("fitted")
         for r in results:
             if r.failure is not None:
                 t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:g}",
-                          "[red]failed[/]", "", "yes" if r.case.fitted else "no")
+                          "[red]failed[/]", "", "", "yes" if r.case.fitted else "no")
                 continue
             colour = "green" if r.within_bar else "red"
+            span = r.error_range_pct
+            readings = "" if span is None else f"{span[0]:+.0f}..{span[1]:+.0f}%"
             t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:.4g}",
-                      f"{r.predicted:.4g}", f"[{colour}]{r.error_pct:+.1f}%[/]", "yes" if r.case.fitted else "no")
+                      f"{r.predicted:.4g}", f"[{colour}]{r.error_pct:+.1f}%[/]", readings,
+                      "yes" if r.case.fitted else "no")
         console.print(t)
         for r in results:
             if r.failure is not None:
@@ -138,6 +142,12 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
             f"[bold]{pct(summary['mape_not_fitted_pct'])}[/] (bar {v.MEAN_BAR_PCT:g}%; "
             f"{summary['not_fitted_within_case_bar']} of {summary['not_fitted']} within {v.CASE_BAR_PCT:g}%;"
             f" median {pct(summary['median_abs_error_not_fitted_pct'])})")
+        if any(r.alternatives for r in results):
+            console.print(
+                f"misses (non-fitted, outside {v.CASE_BAR_PCT:g}%) that the cases' other readings of their unstated"
+                f" inputs span: {summary['not_fitted_missed_within_alternatives']}; that no reading explains:"
+                f" {summary['not_fitted_missed_outside_alternatives']} (other readings: the error range over a"
+                " case's `alternatives`)")
         console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
         if recorded is not None:
