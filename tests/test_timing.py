@@ -142,6 +142,25 @@ def test_large_batches_become_compute_bound():
     assert cost.compute_ms == pytest.approx(flops / 989e12 * 1e3)  # bf16 dense peak
 
 
+def test_attention_core_runs_at_the_bf16_peak_whatever_the_weights():
+    """A long prefill's QK^T and PV read a BF16 KV cache: FP8 projection weights do not make them FP8. The same
+    attention over the same context costs the same for Qwen3-30B-A3B and its FP8 checkpoint, at the BF16 peak."""
+    gpu = presets.gpus()["h20"]
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    shape = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=False)
+    pairs = 8192 * 8193 / 2  # one 8,192-token prompt, causal
+
+    def attention_ms(model: str) -> float:
+        s = target_stack(presets.models()[model], tp=1)
+        fm = ForwardModel(s, gpu, Collectives(curve, 1, "nvlink"), IDEAL)
+        return fm.cost(shape, 0, pairs).compute_ms - fm.cost(shape, 0, 0).compute_ms
+
+    bf16, fp8 = attention_ms("qwen3-30b-a3b"), attention_ms("qwen3-30b-a3b-fp8")
+    flops = target_stack(presets.models()["qwen3-30b-a3b"], tp=1).attn_flops_per_pair * pairs
+    assert fp8 == pytest.approx(bf16)
+    assert bf16 == pytest.approx(flops / 148e12 * 1e3)  # the H20's BF16 peak, not its 296 FP8 TFLOPS
+
+
 def test_small_gemms_pay_whole_tensor_core_tiles():
     assert [padded_rows(t, 64) for t in (0, 1, 64, 65)] == [0, 64, 64, 128]
     assert padded_rows(5, 16) == 16

@@ -97,10 +97,12 @@ class ForwardModel:
         self._peak = {c: gpu.peak_tflops(c) * 1e12 for c in ("bf16", "fp8")}
         self._mma_rows = gpu.mma_rows
         self._cache: dict[ForwardShape, tuple[float, float, float]] = {}
-        att_compute = stack.groups[0].compute if stack.groups else "bf16"
         self._kv_s_per_token = stack.kv_bytes_per_token_per_gpu / (self._bw * eff.memory_bandwidth)
         self._kv_roof_s_per_token = stack.kv_bytes_per_token_per_gpu / self._bw
-        self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak[att_compute] * eff.compute)
+        # The attention core (QK^T, PV) runs in the KV cache's dtype, BF16 here (simspec models no FP8 KV cache),
+        # whatever the projections' weights are: FA3, FlashInfer and FlashMLA take BF16 Q/K/V unless
+        # --kv-cache-dtype selects FP8. Charging it at the FP8 peak for FP8-weight models halved long prefills.
+        self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak["bf16"] * eff.compute)
 
     def _time(self, nbytes: float, flops: float, compute: str) -> float:
         return max(nbytes / (self._bw * self.eff.memory_bandwidth), flops / (self._peak[compute] * self.eff.compute))
