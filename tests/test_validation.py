@@ -139,6 +139,24 @@ def test_alternatives_span_the_readings_of_unstated_inputs(tmp_path):
     assert out["summary"]["not_fitted_missed_outside_alternatives"] == 0
 
 
+def test_plot_draws_every_predicted_case_and_refuses_an_unknown_format(tmp_path):
+    from simspec.analysis.validation_plot import error_figure
+    from simspec.validation import case_files, run_cases
+
+    _case(tmp_path, "a", alternatives=[{"why": "w", "set": ["hardware.gpu=h200-sxm"]}])
+    _case(tmp_path, "b", fitted=True)
+    _case(tmp_path, "broken", scenario=dict(SMALL, model="no-such-model"))
+    results = run_cases(case_files(tmp_path))
+    ax = error_figure(results).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]  # the failed case is left out...
+    assert "broken" in ax.get_title()  # ...and named
+    out = tmp_path / "errors.svg"
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--plot", str(out)])
+    assert out.stat().st_size > 0 and "<svg" in out.read_text()[:500], res.output
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--plot", str(tmp_path / "errors.gif")])
+    assert res.exit_code == 2 and "--plot" in res.output and ".gif" in res.output and "Traceback" not in res.output
+
+
 def test_an_alternative_that_does_not_predict_fails_its_case_naming_it(tmp_path):
     _case(tmp_path, "x", alternatives=[{"why": "w", "set": ["hardware.gpu=no-such-gpu"]}])
     res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])

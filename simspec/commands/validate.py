@@ -21,7 +21,9 @@ _RECORD_STEP = 0.01
                    " error exceeds DIR/recorded.yaml (the CI regression gate).")
 @click.option("--record", is_flag=True,
               help="Write the non-fitted mean error and the kernel tables' mean error to DIR/recorded.yaml.")
-def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
+def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path: str | None) -> None:
     """Predict every case under DIR (default: validation/) and compare with what was measured.
 
     Prints measured, predicted and error per case, then the mean absolute percentage error over the cases
@@ -39,6 +41,13 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
     from simspec.errors import InputError
 
     try:
+        if plot_path is not None:
+            suffix = Path(plot_path).suffix.lstrip(".").lower()
+            if suffix not in ("png", "svg", "pdf"):
+                raise InputError(f"the image format comes from the file name's suffix: .png, .svg or .pdf, not"
+                                 f" {Path(plot_path).suffix or 'none'}", file=plot_path, key="--plot")
+            if not Path(plot_path).resolve().parent.is_dir():
+                raise InputError("its folder does not exist", file=plot_path, key="--plot")
         files = v.case_files(directory)
         with Progress(transient=True, disable=as_json, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
@@ -94,6 +103,17 @@ def validate(directory: str, as_json: bool, check: bool, record: bool) -> None:
             kernel_recorded = kernel_summary["recorded_mape_pct"]  # what the output below reports as recorded
         regressed = kernels_regressed = False
         summary["regressed"] = summary["failed"] > 0
+
+    if plot_path is not None:
+        from simspec.analysis.validation_plot import error_figure
+        from simspec.studies.plots import Plot, save
+
+        try:
+            save(Plot("validation_errors", "validation errors", error_figure(results)), plot_path)
+        except OSError as err:
+            fail(InputError(f"cannot write the image: {err.strerror}", file=plot_path, key="--plot"))
+        if not as_json:
+            click.echo(f"wrote {plot_path}", err=True)
 
     if as_json:
         out = {"cases": v.as_rows(results), "summary": summary}
