@@ -134,20 +134,15 @@ def predict_case(case: Case, file: Path, alternative: int | None = None) -> floa
     from simspec.scenario.loader import parse_scenario, resolve
     from simspec.scenario.reading import apply_overrides
 
-    data, where = case.scenario, "scenario"
-    if alternative is not None:
-        where = f"alternatives[{alternative}].set"
-        try:
-            data = apply_overrides(data, case.alternatives[alternative].set, str(file))
-        except InputError as err:
-            raise InputError(err.message, file=str(file), key=f"{where}: {err.key}" if err.key else where) from None
+    where, sep = ("scenario", ".") if alternative is None else (f"alternatives[{alternative}].set", ": ")
     try:
+        data = case.scenario
+        if alternative is not None:
+            data = apply_overrides(data, case.alternatives[alternative].set, str(file))
         # the calibration path in a case is relative to the case file, as in a scenario file
         rs = resolve(parse_scenario(data, str(file)), str(file))
     except InputError as err:
-        key = (f"scenario.{err.key}" if err.key else "scenario") if alternative is None else \
-            (f"{where}: {err.key}" if err.key else where)
-        raise InputError(err.message, file=str(file), key=key) from None
+        raise InputError(err.message, file=str(file), key=f"{where}{sep}{err.key}" if err.key else where) from None
     result = predict(rs)
     value = result.get(case.measured.metric)
     if value is None or not math.isfinite(value):
