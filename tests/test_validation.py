@@ -224,6 +224,23 @@ def test_speculative_host_work_default_is_the_fit_to_its_named_cases():
         assert load_case(VALIDATION / "cases" / f"gpustack-qwen3-8b-fp8-h100-eagle3-c{c}.yaml").fitted
 
 
+def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_it():
+    """calibration/profiles/specbundle-h200-host.yaml is the output of calibration/fit_specbundle_host.py; the five
+    Llama-3.1-8B cases it was fitted to are marked fitted, and every SpecBundle case runs with the profile."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_specbundle_host.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = sorted((VALIDATION / "cases").glob("specbundle-*.yaml"))
+    assert len(cases) == 25
+    for f in cases:
+        case = load_case(f)
+        assert case.scenario["calibration"].endswith("calibration/profiles/specbundle-h200-host.yaml"), f.name
+        assert case.fitted == ("llama31-8b" in f.name), f.name
+
+
 # ------------------------------------------------------------------------------------------------ kernel tables
 
 def _table(tmp_path: Path, table_id: str, **changes) -> Path:
