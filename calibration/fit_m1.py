@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from simspec.calibration.fit import Anchor, fit_all_reduce, iteration_cost
+from simspec.calibration.fitting import write_fitted_profile
 from simspec.scenario.loader import ResolvedScenario, load_scenario
 from simspec.scenario.profile import CollectiveCurve
 from simspec.simulate import baseline_of
@@ -139,8 +140,7 @@ def main() -> int:
                 return 1
         print("profile and inferred accept lengths match a fresh fit")
         return 0
-    header = "# Written by calibration/fit_m1.py: do not edit by hand; rerun the script.\n"
-    PROFILE.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=110))
+    write_fitted_profile(PROFILE, profile, "calibration/fit_m1.py")
     print(f"wrote {PROFILE}; set the inferred accept lengths above in scenarios/ if they changed")
     return 0
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
+from simspec.calibration.fitting import beats_neighbours
 from simspec.predict import predict
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
 from simspec.validation import load_case
@@ -87,16 +88,10 @@ def main() -> int:
     cases = _cases()
     if args.check:
         v = checked_in()
-        here = objective(v, cases)
-        neighbours = []
-        for i, step in enumerate(CHECK_STEPS):
-            for sign in (-1, 1):
-                moved = list(v)
-                moved[i] = max(0.0, moved[i] + sign * step)
-                neighbours.append(objective(tuple(moved), cases))
+        ok, here, best = beats_neighbours(lambda x: objective(x, cases), v, CHECK_STEPS)
         shown = ", ".join(f"{n} = {x}" for n, x in zip(NAMES, v, strict=True))
-        if all(here <= n for n in neighbours):
-            print(f"{shown} minimise the fit objective ({here:.5f}; neighbours {min(neighbours):.5f} and up)")
+        if ok:
+            print(f"{shown} minimise the fit objective ({here:.5f}; neighbours {best:.5f} and up)")
             return 0
         print(f"{shown} in {DEFAULTS} do not minimise the fit objective: rerun this script and set the values it"
               " prints", file=sys.stderr)

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
+from simspec.calibration.fitting import beats_neighbours, write_fitted_profile
 from simspec.predict import predict
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
 from simspec.validation import load_case
@@ -105,21 +106,17 @@ def main() -> int:
     cases = _cases()
     if args.check:
         v = checked_in()
-        here = objective(v, cases)
-        moved = [tuple(max(0.0, round(x + s * GRID_MS, 2)) if i == j else x for j, x in enumerate(v))
-                 for i in range(len(v)) for s in (-1, 1)]
-        worse = [objective(m, cases) for m in moved if m != v]
+        ok, here, best = beats_neighbours(lambda x: objective(x, cases), v, (GRID_MS, GRID_MS))
         shown = ", ".join(f"{n} = {x}" for n, x in zip(NAMES, v, strict=True))
-        if all(here <= w for w in worse):
-            print(f"{shown} minimise the fit objective ({here:.5f}; grid neighbours {min(worse):.5f} and up)")
+        if ok:
+            print(f"{shown} minimise the fit objective ({here:.5f}; grid neighbours {best:.5f} and up)")
             return 0
         print(f"{shown} in {PROFILE} do not minimise the fit objective: rerun calibration/fit_specbundle_host.py",
               file=sys.stderr)
         return 1
     v = fit(cases)
     profile = profile_for(v, cases)
-    header = "# Written by calibration/fit_specbundle_host.py: do not edit by hand; rerun the script.\n"
-    PROFILE.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=110))
+    write_fitted_profile(PROFILE, profile, "calibration/fit_specbundle_host.py")
     print(f"{', '.join(f'{n} = {x}' for n, x in zip(NAMES, v, strict=True))}: wrote {PROFILE.relative_to(ROOT)}")
     return 0
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from scipy.optimize import least_squares
 
 from simspec import presets
@@ -417,3 +420,24 @@ def _draft_step_ms(meas: Measurements, rs: ResolvedScenario) -> float | None:
     per_iteration = float(np.mean([sum(k.category_ms.values()) for k in splits]))
     value = per_iteration / (rs.num_steps - 1)
     return value if math.isfinite(value) and value > 0 else None
+
+
+# ------------------------------------------------------------------ for the fit scripts under calibration/
+
+
+def write_fitted_profile(path: Path, profile: dict[str, Any], script: str) -> None:
+    """Write a profile a calibration script fitted, headed so that nobody edits it by hand."""
+    header = f"# Written by {script}: do not edit by hand; rerun the script.\n"
+    path.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=110))
+
+
+def beats_neighbours(objective: Callable[[tuple[float, ...]], float], values: Sequence[float],
+                     steps: Sequence[float]) -> tuple[bool, float, float]:
+    """How a fit script checks its checked-in result cheaply: whether `values` score no worse than each of them
+    moved by -step and +step (never below 0). Returns (ok, the objective at `values`, the best neighbour's)."""
+    v = tuple(values)
+    here = objective(v)
+    moved = {tuple(max(0.0, round(x + sign * steps[i], 6)) if j == i else x for j, x in enumerate(v))
+             for i in range(len(v)) for sign in (-1, 1)} - {v}
+    scores = [objective(m) for m in moved]
+    return all(here <= s for s in scores), here, min(scores, default=here)
