@@ -7,7 +7,14 @@ import dataclasses
 
 import pytest
 
-from simspec.calibration.fitting import Box, build_scenario, fit, match_preset, modelled_step_ms
+from simspec.calibration.fitting import (
+    Box,
+    beats_neighbours,
+    build_scenario,
+    fit,
+    match_preset,
+    modelled_step_ms,
+)
 from simspec.calibration.measurements import Measurements, RequestRecord, ServerDescription, StepTime
 from simspec.errors import InputError
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
@@ -132,3 +139,15 @@ def test_the_memory_in_use_at_startup_comes_from_the_log():
     f8 = fit(m8, dataclasses.replace(BOX, num_gpus=8), name="t", bootstrap=0)
     in_use = f8.profile.coefficients["startup_memory_multi_gpu_mib"].value
     assert in_use == pytest.approx(81_559 - 77.43 * 1024, abs=0.1)
+
+
+def test_beats_neighbours_accepts_a_minimum_and_refuses_a_point_beside_it():
+    """The fit scripts' --check: a bowl with its minimum at (1, 0); the check moves each value by its step, never
+    below 0, so a minimum on the bound is still accepted."""
+    def bowl(v):
+        return (v[0] - 1.0) ** 2 + (v[1] + 0.5) ** 2  # minimum at v[1] = -0.5, outside the [0, ...) range
+
+    ok, here, best = beats_neighbours(bowl, (1.0, 0.0), (0.1, 0.1))
+    assert ok and here == pytest.approx(0.25) and best > here
+    ok, _, _ = beats_neighbours(bowl, (1.3, 0.0), (0.1, 0.1))
+    assert not ok  # 1.2 scores better
