@@ -73,7 +73,7 @@ def fit(cases: list[tuple[object, float]]) -> tuple[float, float]:
 
 def profile_for(values: tuple[float, float], cases: list[tuple[object, float]]) -> dict:
     errs = ", ".join(f"{p.stem.split('eagle3-')[1].split('-mtbench')[0]}: "
-                     f"{(math.exp(math.sqrt(objective(values, [c]))) - 1) * 100:.1f}%"
+                     f"{(1 - math.exp(-math.sqrt(objective(values, [c])))) * 100:.1f}%"  # |log r| -> the lower |error|
                      for p, c in zip(CASES, cases, strict=True))
     source = ("fitted by calibration/fit_specbundle_host.py to the SpecBundle box's Llama-3.1-8B EAGLE-3 speedups at"
               f" batch 1 (validation/cases/specbundle-llama31-8b-*, marked fitted; |error| after the fit: {errs})")
@@ -82,9 +82,10 @@ def profile_for(values: tuple[float, float], cases: list[tuple[object, float]]) 
         "description": ("Speculative host time of the box behind SpecForge's SpecBundle dashboard (H200, SGLang 0.5.6,"
                         " December 2025). Only the two per-iteration host terms are fitted; they belong to the host"
                         " and the release, so the profile names no GPU, TP or model. Every other coefficient keeps"
-                        " its default. A scheduler_cpu_ms at its lower bound, 0, says this box exposes no more host"
-                        " time per chain iteration than spec_cpu_ms's default 0.5 ms and the per-token term: the"
-                        " two per-iteration terms cannot be told apart from speedups, and the fit does not try."),
+                        " its default." + (" A scheduler_cpu_ms at its lower bound, 0, says this box exposes no"
+                        " more host time per chain iteration than spec_cpu_ms's default 0.5 ms and the per-token"
+                        " term: the two per-iteration terms cannot be told apart from speedups, and the fit does not"
+                        " try." if values[0] == 0.0 else "")),
         "fitted_to": [f"{p.stem}: throughput_speedup {c[1]}" for p, c in zip(CASES, cases, strict=True)],
         "provenance": {"host": "the SpecBundle dashboard's box (published figures, not profiled by simspec)",
                        "sglang_version": "0.5.6 (SpecForge's pin at commit d9952d1)",

@@ -147,7 +147,7 @@ def predict_case(case: Case, file: Path, alternative: int | None = None) -> floa
     value = result.get(case.measured.metric)
     if value is None or not math.isfinite(value):
         raise InputError(f"the prediction has no {case.measured.metric} for this scenario",
-                         file=str(file), key="measured.metric")
+                         file=str(file), key="measured.metric" if alternative is None else where)
     return float(value)
 
 
@@ -215,6 +215,8 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
 def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
     def alternatives(r: CaseResult) -> list[dict[str, Any]]:
         m = r.case.measured.value
+        if r.failure is not None:  # a failed case has no predictions: its readings are listed unpredicted
+            return [{"why": a.why, "set": a.set, "predicted": None, "error_pct": None} for a in r.case.alternatives]
         return [{"why": a.why, "set": a.set, "predicted": p, "error_pct": (p - m) / m * 100.0}
                 for a, p in zip(r.case.alternatives, r.alternatives, strict=True)]
 

@@ -157,11 +157,38 @@ def test_plot_draws_every_predicted_case_and_refuses_an_unknown_format(tmp_path)
     assert res.exit_code == 2 and "--plot" in res.output and ".gif" in res.output and "Traceback" not in res.output
 
 
+def test_a_plot_that_cannot_be_written_loses_neither_the_results_nor_the_gate(tmp_path, monkeypatch):
+    """The image is written last: when writing it fails, the JSON is printed, the record kept, and a regression
+    still exits 1; otherwise the failed write exits 2."""
+    import simspec.studies.plots as plots
+
+    def refuse(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plots, "save", refuse)
+    _case(tmp_path, "a")
+    out = tmp_path / "errors.png"
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--json", "--record", "--plot", str(out)])
+    assert res.exit_code == 2 and "No space left" in res.output
+    assert json.loads(res.output[:res.output.rindex("}") + 1])["cases"][0]["id"] == "a"
+    assert (tmp_path / "recorded.yaml").exists()
+    _case(tmp_path, "a", measured={"metric": "tokens_per_s", "value": 10.0})  # now worse than recorded
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check", "--plot", str(out)])
+    assert res.exit_code == 1 and "REGRESSED" in res.output
+
+
 def test_an_alternative_that_does_not_predict_fails_its_case_naming_it(tmp_path):
     _case(tmp_path, "x", alternatives=[{"why": "w", "set": ["hardware.gpu=no-such-gpu"]}])
     res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
     assert res.exit_code == 1, res.output
     assert "alternatives[0].set" in res.output and "no-such-gpu" in res.output and "Traceback" not in res.output
+    # the CI gate reads --json: the failed case is a row, its readings listed unpredicted
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--json", "--check"])
+    assert res.exit_code == 1, res.output
+    (row,) = json.loads(res.output)["cases"]
+    assert "alternatives[0].set" in row["failure"]
+    assert row["alternatives"] == [{"why": "w", "set": ["hardware.gpu=no-such-gpu"], "predicted": None,
+                                     "error_pct": None}]
 
 
 @pytest.mark.parametrize(("change", "needle"), [

@@ -2,8 +2,8 @@
 
 One row per case, grouped by source (the worst source's cases first, as `validate` lists the sources), the
 signed error on a symmetric-log axis (linear within +-20%, so the 10% bar reads true and a +250% miss still
-fits), the bar shaded, fitted cases hollow, and a case's other readings (`alternatives`) as a line across the
-errors they span. A case that failed to predict is left out and named in the title.
+fits), the bar shaded, fitted cases hollow, and the span of all a case's readings (its own and its
+`alternatives`) as a line. A case that failed to predict is left out and named in the title.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def error_figure(results: list[CaseResult]) -> Figure:
     for b in boundaries:
         ax.axhline(b, color="#cccccc", linewidth=0.5, zorder=0)
     ax.set_yticks(list(ys), [r.case.id for r in shown], fontsize=5.5)
-    ax.set_ylim(len(shown) - 0.5, -0.5)
+    if shown:
+        ax.set_ylim(len(shown) - 0.5, -0.5)
     errors = [e for r in shown for e in (r.error_pct or 0.0, *(r.error_range_pct or ()))]
     lo, hi = min(errors, default=-CASE_BAR_PCT), max(errors, default=CASE_BAR_PCT)
     ticks = [t for t in (-500, -200, -100, -50, -20, -10, 0, 10, 20, 50, 100, 200, 500)
@@ -53,16 +54,18 @@ def error_figure(results: list[CaseResult]) -> Figure:
     ax.set_xticks(ticks, [f"{t:+d}%" if t else "0" for t in ticks], fontsize=7)
     ax.set_xticks([], minor=True)
     ax.set_xlabel("error: (predicted - measured) / measured (linear within +-20%, logarithmic beyond)")
-    ax.plot([], [], color="#7b6cb3", linewidth=1.6, label="span of the case's other readings")
+    ax.plot([], [], color="#7b6cb3", linewidth=1.6, label="span of all the case's readings")
     ax.plot([], [], marker="o", markersize=3.5, linestyle="none", markerfacecolor="none", markeredgecolor="#444444",
             label="fitted case (hollow)")
     ax.legend(loc="lower right", fontsize=6, framealpha=0.9)
     mape = s["mape_not_fitted_pct"]
-    title = (f"simspec validate: {len(shown)} cases; mean |error| over the {s['not_fitted']} not fitted "
+    predicted_free = sum(not r.case.fitted for r in shown)
+    title = (f"simspec validate: {len(shown)} cases; mean |error| over the {predicted_free} not fitted "
              f"{'n/a' if mape is None else f'{mape:.1f}%'}, {s['not_fitted_within_case_bar']} of them within "
              f"{CASE_BAR_PCT:g}%\ngrouped by source, worst source first")
     failed = [r.case.id for r in results if r.error_pct is None]
     if failed:
-        title += f"\nnot predicted (left out): {', '.join(failed)}"
+        named = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        title += f"\nnot predicted (left out): {named}"
     ax.set_title(title, fontsize=8)
     return fig

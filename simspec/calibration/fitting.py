@@ -436,6 +436,8 @@ def beats_neighbours(objective: Callable[[tuple[float, ...]], float], values: Se
     """How a fit script checks its checked-in result cheaply: whether `values` score no worse than each of them
     moved by -step and +step (never below 0). Returns (ok, the objective at `values`, the best neighbour's)."""
     v = tuple(values)
+    if len(steps) != len(v):
+        raise ValueError(f"{len(v)} values need as many steps, not {len(steps)}")
     here = objective(v)
     moved = {tuple(max(0.0, round(x + sign * steps[i], 6)) if j == i else x for j, x in enumerate(v))
              for i in range(len(v)) for sign in (-1, 1)} - {v}

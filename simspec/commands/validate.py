@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,8 +47,11 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             if suffix not in ("png", "svg", "pdf"):
                 raise InputError(f"the image format comes from the file name's suffix: .png, .svg or .pdf, not"
                                  f" {Path(plot_path).suffix or 'none'}", file=plot_path, key="--plot")
-            if not Path(plot_path).resolve().parent.is_dir():
-                raise InputError("its folder does not exist", file=plot_path, key="--plot")
+            folder = Path(plot_path).resolve().parent
+            if not folder.is_dir():
+                raise InputError(f"{folder} is not an existing folder", file=plot_path, key="--plot")
+            if not os.access(folder, os.W_OK):
+                raise InputError(f"{folder} is not writable", file=plot_path, key="--plot")
         files = v.case_files(directory)
         with Progress(transient=True, disable=as_json, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
@@ -104,17 +108,6 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         regressed = kernels_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
-    if plot_path is not None:
-        from simspec.analysis.validation_plot import error_figure
-        from simspec.studies.plots import Plot, save
-
-        try:
-            save(Plot("validation_errors", "validation errors", error_figure(results)), plot_path)
-        except OSError as err:
-            fail(InputError(f"cannot write the image: {err.strerror}", file=plot_path, key="--plot"))
-        if not as_json:
-            click.echo(f"wrote {plot_path}", err=True)
-
     if as_json:
         out = {"cases": v.as_rows(results), "summary": summary}
         if kernel_summary is not None:
@@ -127,7 +120,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         t.add_column("metric", overflow="fold")
         for col in ("measured", "predicted", "error"):
             t.add_column(col, justify="right", no_wrap=True)
-        t.add_column("other readings", justify="right", no_wrap=True)
+        t.add_column("all readings", justify="right", no_wrap=True)
         t.add_column("fitted")
         for r in results:
             if r.failure is not None:
@@ -135,8 +128,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                           "[red]failed[/]", "", "", "yes" if r.case.fitted else "no")
                 continue
             colour = "green" if r.within_bar else "red"
-            span = r.error_range_pct
-            readings = "" if span is None else f"{span[0]:+.0f}..{span[1]:+.0f}%"
+            spread = r.error_range_pct
+            readings = "" if spread is None else f"{spread[0]:+.0f}..{spread[1]:+.0f}%"
             t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:.4g}",
                       f"{r.predicted:.4g}", f"[{colour}]{r.error_pct:+.1f}%[/]", readings,
                       "yes" if r.case.fitted else "no")
@@ -166,8 +159,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             console.print(
                 f"misses (non-fitted, outside {v.CASE_BAR_PCT:g}%) that the cases' other readings of their unstated"
                 f" inputs span: {summary['not_fitted_missed_within_alternatives']}; that no reading explains:"
-                f" {summary['not_fitted_missed_outside_alternatives']} (other readings: the error range over a"
-                " case's `alternatives`)")
+                f" {summary['not_fitted_missed_outside_alternatives']} (all readings: the error range over a"
+                " case's own reading and its `alternatives`)")
         console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
         if recorded is not None:
@@ -194,5 +187,21 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             if kernel_recorded is not None:
                 state = "[red]REGRESSED[/]" if kernels_regressed else "ok"
                 console.print(f"recorded kernel mean error: {kernel_recorded:.2f}% ({state})")
+    # the image comes last, so that a failed write loses neither the printed results nor the gate's exit code
+    plot_failed = False
+    if plot_path is not None:
+        from simspec.analysis.validation_plot import error_figure
+        from simspec.studies.plots import Plot, save
+
+        try:
+            save(Plot("validation_errors", "validation errors", error_figure(results)), plot_path)
+        except OSError as err:
+            plot_failed = True
+            click.echo(f"error: {plot_path}: --plot: cannot write the image: {err.strerror}", err=True)
+        else:
+            if not as_json:
+                click.echo(f"wrote {plot_path}", err=True)
     if check and summary["regressed"]:
         sys.exit(EXIT_REGRESSED)
+    if plot_failed:
+        sys.exit(2)
