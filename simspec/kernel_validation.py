@@ -39,7 +39,7 @@ from simspec.scenario.schema import StrictModel
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardModel, distinct_experts
 from simspec.timing.stack import part_kernels, target_stack
-from simspec.validation import Source, load_named
+from simspec.validation import Source, load_named, signed_error_pct
 
 KERNELS_DIR = "kernels"
 
@@ -124,7 +124,7 @@ class KernelPoint:
 
     @property
     def error_pct(self) -> float:
-        return (self.predicted_us - self.measured_us) / self.measured_us * 100.0
+        return signed_error_pct(self.predicted_us, self.measured_us)
 
 
 @dataclass(frozen=True)

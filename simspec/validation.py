@@ -29,6 +29,11 @@ CASE_BAR_PCT = 10.0
 MEAN_BAR_PCT = 5.0
 
 
+def signed_error_pct(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured x 100: the error every case, reading and kernel point reports."""
+    return (predicted - measured) / measured * 100.0
+
+
 class Source(StrictModel):
     citation: str
     url: str | None = None
@@ -81,7 +86,7 @@ class CaseResult:
         if self.error_pct is None or not self.alternatives:
             return None
         m = self.case.measured.value
-        errs = [self.error_pct, *((p - m) / m * 100.0 for p in self.alternatives)]
+        errs = [self.error_pct, *(signed_error_pct(p, m) for p in self.alternatives)]
         return min(errs), max(errs)
 
     @property
@@ -163,8 +168,8 @@ def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
         except InputError as err:
             results.append(CaseResult(case, str(f), None, None, failure=str(err)))
         else:
-            err_pct = (predicted - case.measured.value) / case.measured.value * 100.0
-            results.append(CaseResult(case, str(f), predicted, err_pct, alternatives=others))
+            results.append(CaseResult(case, str(f), predicted, signed_error_pct(predicted, case.measured.value),
+                                      alternatives=others))
         if progress is not None:
             progress()
     return results
@@ -217,7 +222,7 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
         m = r.case.measured.value
         if r.failure is not None:  # a failed case has no predictions: its readings are listed unpredicted
             return [{"why": a.why, "set": a.set, "predicted": None, "error_pct": None} for a in r.case.alternatives]
-        return [{"why": a.why, "set": a.set, "predicted": p, "error_pct": (p - m) / m * 100.0}
+        return [{"why": a.why, "set": a.set, "predicted": p, "error_pct": signed_error_pct(p, m)}
                 for a, p in zip(r.case.alternatives, r.alternatives, strict=True)]
 
     return [{

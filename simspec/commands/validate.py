@@ -43,10 +43,13 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
 
     try:
         if plot_path is not None:
+            from simspec.studies.plots import FORMATS
+
             suffix = Path(plot_path).suffix.lstrip(".").lower()
-            if suffix not in ("png", "svg", "pdf"):
-                raise InputError(f"the image format comes from the file name's suffix: .png, .svg or .pdf, not"
-                                 f" {Path(plot_path).suffix or 'none'}", file=plot_path, key="--plot")
+            if suffix not in FORMATS:
+                raise InputError(f"the image format comes from the file name's suffix: "
+                                 f"{', '.join('.' + f for f in FORMATS)}, not {Path(plot_path).suffix or 'none'}",
+                                 file=plot_path, key="--plot")
             folder = Path(plot_path).resolve().parent
             if not folder.is_dir():
                 raise InputError(f"{folder} is not an existing folder", file=plot_path, key="--plot")
