@@ -42,3 +42,43 @@ def test_kimi_k25_int4_weights_per_gpu():
 def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     a100 = presets.gpus()["a100-80gb-sxm"]
     assert a100.peak_tflops("fp8") == a100.bf16_tflops
+
+
+def _lrc_reader():
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("read_lrc", ROOT / "calibration" / "read_lrc_cache_hit_rate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _word(text, x, top):
+    return {"text": text, "x0": x - 2, "x1": x + 2, "top": top, "bottom": top + 4}
+
+
+def test_the_locality_reader_maps_the_figure_by_its_gridlines_and_reads_a_curve_between_vertices():
+    """calibration/read_lrc_cache_hit_rate.py on a synthetic three-panel figure: rho = 0..3 gridlines 80 apart per
+    panel, CHR 0..0.8 gridlines from y 300 up to 100; a polyline through (rho 0.5, 0.3) and (rho 1.5, 0.5) reads
+    0.4 at rho 1. The 0.474 in models.yaml is this reading of the published figure (the PDF is not in the repo)."""
+    r = _lrc_reader()
+    origins = (60.0, 400.0, 740.0)
+    grid = [{"x0": o + 80 * i, "x1": o + 80 * i, "top": 50, "bottom": 300} for o in origins for i in range(4)]
+    grid += [{"x0": o, "x1": o + 320, "top": 300 - 50 * i, "bottom": 300 - 50 * i} for o in origins for i in range(5)]
+    words = [_word(t, o + 100, 10) for t, o in zip(r.PANELS, origins, strict=True)]
+    words += [_word(t, o + 80 * int(t), 310) for o in origins for t in ("1", "2")]
+    panels, (slope, icept) = r.axes(words, grid)
+    assert panels[1][:2] == (400.0, 80.0)
+    assert (0.4 * slope + icept) == 200.0  # CHR 0.4 sits on the third gridline
+    x0, per_rho, _ = panels[0]
+    y = r.value_at([(x0 + 0.5 * per_rho, 300 - 0.3 * 250), (x0 + 1.5 * per_rho, 300 - 0.5 * 250)], x0 + per_rho)
+    assert (y - icept) / slope == pytest.approx(0.4)
+    assert r.value_at([(0.0, 1.0), (1.0, 2.0)], 5.0) is None  # outside the polyline: no reading
+
+
+def test_the_locality_reader_refuses_another_figure():
+    r = _lrc_reader()
+    with pytest.raises(SystemExit, match="not the mchr figure"):
+        r.axes([_word("LRU", 10, 10)], [])

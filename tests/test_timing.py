@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -447,3 +448,74 @@ def test_profiled_draft_step_time_replaces_the_modelled_steps(small, tmp_path):
         costs.append(IterationModel(rs).decode(2, 1000))
     assert costs[1].draft_compute_ms - costs[0].draft_compute_ms == pytest.approx(2 * 1.0)  # 2 steps x 1 ms
     assert costs[0].draft_compute_ms > 2 * 0.7  # plus the modelled extend
+
+
+def _qwen3_moe(small, model="qwen3-30b-a3b", tp=1, **spec):
+    small["model"] = model
+    small["hardware"] = {"gpu": "h200-sxm", "num_gpus": tp, "interconnect": "nvlink4-nccl"}
+    small["server"] = {"tp": tp}
+    return _resolved(small, **spec)
+
+
+def test_a_models_measured_routing_locality_replaces_the_default_and_a_profile_replaces_it(small, tmp_path):
+    """Coefficients come from the most specific place that has them: profile, then model preset, then defaults."""
+    import yaml
+
+    measured = presets.models()["qwen3-30b-a3b"].moe_routing_locality
+    assert measured is not None and measured.value > 8 / 128  # above uniform routing's chance overlap
+    rs = _qwen3_moe(small)
+    assert rs.coefficient("moe_routing_locality") == measured.value
+    assert rs.coefficients["moe_routing_locality"].source.startswith("model qwen3-30b-a3b: ")
+    # a model nobody measured keeps the default (uniform routing)
+    other = _qwen3_moe(copy.deepcopy(small), model="qwen3-235b-a22b", tp=4)
+    assert other.coefficient("moe_routing_locality") == presets.default_coefficients()["moe_routing_locality"].value
+    assert other.coefficients["moe_routing_locality"].source.startswith("default: ")
+    # a profile of the box wins over the model's figure
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(
+        {"name": "p", "coefficients": {"moe_routing_locality": {"value": 0.2, "source": "test"}}}))
+    small["calibration"] = "p.yaml"
+    rs = resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
+    assert rs.coefficient("moe_routing_locality") == 0.2
+    assert rs.coefficients["moe_routing_locality"].source.startswith("profile p: ")
+
+
+def test_measured_locality_makes_a_qwen3_verify_cheaper_and_leaves_its_decode_alone(small):
+    """Four verify tokens of one request reuse experts (fewer bytes than uniform routing); four requests' decode
+    tokens are independent whatever the locality."""
+    it = IterationModel(_qwen3_moe(small))
+    assert it.target.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+    uniform = ForwardModel(it.target.stack, it.rs.gpu, it.collectives,
+                           dataclasses.replace(it.target.eff, routing_locality=0.0))
+    verify = ForwardShape(num_seqs=1, tokens=4, real_seqs=1, real_tokens=4, logit_tokens=4, graph=True)
+    decode = ForwardShape(num_seqs=4, tokens=4, real_seqs=4, real_tokens=4, logit_tokens=4, graph=True)
+    assert it.target.cost(verify, 1000, 4000).compute_ms < uniform.cost(verify, 1000, 4000).compute_ms
+    assert it.target.cost(decode, 1000, 1000).compute_ms == pytest.approx(uniform.cost(decode, 1000, 1000).compute_ms)
+
+
+def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(small):
+    """The target's measured figure says nothing about another model drafting for it."""
+    rs = _qwen3_moe(small, model="qwen3-235b-a22b-fp8", tp=4, algorithm="standalone", drafter="qwen3-30b-a3b",
+                    num_steps=3, topk=1, num_draft_tokens=4)
+    it = IterationModel(rs)
+    assert it.target.eff.routing_locality == presets.default_coefficients()["moe_routing_locality"].value
+    assert it.draft.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"moe_routing_locality": {"value": 1.0, "source": "x"}}, "less than 1"),
+    ({"moe_routing_locality": {"value": 0.5}}, "source"),
+])
+def test_a_model_presets_locality_must_be_a_sourced_fraction(change, message):
+    from pydantic import ValidationError
+
+    data = presets.models()["qwen3-30b-a3b"].model_dump() | change
+    with pytest.raises(ValidationError, match=message):
+        presets.ModelPreset.model_validate(data)
+
+
+def test_a_dense_model_cannot_carry_a_routing_locality():
+    from pydantic import ValidationError
+
+    data = presets.models()["llama-3.1-8b"].model_dump() | {"moe_routing_locality": {"value": 0.3, "source": "x"}}
+    with pytest.raises(ValidationError, match="needs MoE layers"):
+        presets.ModelPreset.model_validate(data)

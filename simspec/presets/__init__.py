@@ -95,6 +95,15 @@ class ModelWeights(BaseModel):
     lm_head: WeightFormat
 
 
+class RoutingLocality(BaseModel):
+    """A model's measured expert-routing locality, with where it was measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float = Field(ge=0, lt=1, description="fraction of a token's routed experts that the previous token of"
+                                                  " the same sequence also used (per layer, averaged)")
+    source: str
+
+
 class ModelPreset(_Preset):
     architecture: str
     context_length: int = Field(ge=1)
@@ -112,6 +121,8 @@ class ModelPreset(_Preset):
     mtp_layers: int = Field(ge=0)
     weights: ModelWeights
     published_params_b: float = Field(gt=0)
+    # Measured for this model: replaces defaults.yaml's uniform-routing 0, and a calibration profile replaces it
+    moe_routing_locality: RoutingLocality | None = None
 
     @property
     def num_moe_layers(self) -> int:
@@ -126,6 +137,8 @@ class ModelPreset(_Preset):
             raise ValueError("MoE layers need num_routed_experts, experts_per_token, moe_intermediate_size")
         if self.num_dense_layers and not self.dense_intermediate_size:
             raise ValueError("dense layers need dense_intermediate_size")
+        if self.moe_routing_locality is not None and not self.num_moe_layers:
+            raise ValueError("moe_routing_locality needs MoE layers")
         return self
 
 

@@ -236,9 +236,15 @@ def _check_profile_matches(sc: Scenario, profile: Profile, file: str) -> None:
                          file=file, key="model")
 
 
-def _coefficients(profile: Profile | None, profile_path: str | None, file: str) -> dict[str, Coefficient]:
+def _coefficients(profile: Profile | None, profile_path: str | None, file: str, model_name: str,
+                  model: presets.ModelPreset) -> dict[str, Coefficient]:
+    """Each coefficient from the most specific place that has it: the scenario's calibration profile (the box),
+    else the model preset (a figure measured for the model), else defaults.yaml."""
     defaults = presets.default_coefficients()
     out = {k: Coefficient(v.value, f"default: {v.source}") for k, v in defaults.items()}
+    if model.moe_routing_locality is not None:
+        measured = model.moe_routing_locality
+        out["moe_routing_locality"] = Coefficient(measured.value, f"model {model_name}: {measured.source}")
     if profile is not None:
         for name, coef in profile.coefficients.items():
             if name not in defaults:
@@ -374,7 +380,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     overlap, v2 = _overlap(sc, topk, file)
 
     profile, profile_path = _load_profile_for(sc, path)
-    coefficients = _coefficients(profile, profile_path, file)
+    coefficients = _coefficients(profile, profile_path, file, sc.model, model)
 
     if profile is not None and profile.all_reduce is not None:
         curve = profile.all_reduce.model_copy(update={"source": f"profile {profile.name}: "

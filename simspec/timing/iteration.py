@@ -14,9 +14,10 @@ CPU scheduling work is exposed unless overlap scheduling hides it behind the GPU
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from simspec import presets
 from simspec.scenario import releases
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
@@ -108,7 +109,7 @@ class IterationModel:
         early = releases.is_early(version)
         self.target = ForwardModel(target_stack(rs.model, tp, version=version), rs.gpu, self.collectives, self.eff)
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
-        self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self.eff) if dstack else None
+        self.draft = ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies()) if dstack else None
         if not srv.cuda_graph:
             self._graph_sizes: list[int] = []
         elif early:
@@ -130,6 +131,16 @@ class IterationModel:
         self._plans: dict[int, tuple[PlannedForward, ...]] = {}
 
     # ----------------------------------------------------------------------------------------- helpers
+    def _draft_efficiencies(self) -> Efficiencies:
+        """A standalone draft model routes its own experts: its own measured locality, else the default (the
+        target's figure, from its preset or a profile of the box serving it, says nothing about the drafter's)."""
+        draft_model = self.rs.draft_model
+        if draft_model is None or not draft_model.num_moe_layers:
+            return self.eff
+        measured = draft_model.moe_routing_locality
+        value = measured.value if measured else presets.default_coefficients()["moe_routing_locality"].value
+        return replace(self.eff, routing_locality=value)
+
     def padded(self, bs: int) -> tuple[int, bool]:
         """Batch size the kernels run at, and whether a CUDA graph is replayed."""
         sizes = self._graph_sizes
