@@ -253,7 +253,7 @@ def test_speculative_host_work_default_is_the_fit_to_its_named_cases():
 
 def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_it():
     """calibration/profiles/specbundle-h200-host.yaml is the output of calibration/fit_specbundle_host.py; the five
-    Llama-3.1-8B cases it was fitted to are marked fitted, and every SpecBundle case runs with the profile."""
+    Llama-3.1-8B MT-bench cases it was fitted to are marked fitted, and every SpecBundle case runs with the profile."""
     import subprocess
     import sys
 
@@ -261,11 +261,11 @@ def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cases = sorted((VALIDATION / "cases").glob("specbundle-*.yaml"))
-    assert len(cases) == 25
+    assert len(cases) == 50  # five targets x five draft settings, on MT-bench and GSM8K
     for f in cases:
         case = load_case(f)
         assert case.scenario["calibration"].endswith("calibration/profiles/specbundle-h200-host.yaml"), f.name
-        assert case.fitted == ("llama31-8b" in f.name), f.name
+        assert case.fitted == ("llama31-8b" in f.name and "mtbench" in f.name), f.name
 
 
 # ------------------------------------------------------------------------------------------------ kernel tables
