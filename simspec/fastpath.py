@@ -57,6 +57,9 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
     if w.arrival.type != "closed":
         raise InputError("the fast path covers closed-loop workloads only (arrival.type: closed); run the engine",
                          file=rs.path, key="workload.arrival.type")
+    if w.shared_prefix_tokens:
+        raise InputError("the fast path prefills whole prompts; a shared prefix served from the radix cache"
+                         " (shared_prefix_tokens) needs the engine", file=rs.path, key="workload.shared_prefix_tokens")
     if w.arrival.turns > 1:
         raise InputError("the fast path hands out independent requests; conversations (arrival.turns > 1) change"
                          " how the run drains: run the engine", file=rs.path, key="workload.arrival.turns")

@@ -62,6 +62,7 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         decode_tokens_per_request=decode_tokens(rs),
         retract_latest_first=rs.speculative,
         turns=sc.workload.turns,
+        shared_prefix_tokens=sc.workload.shared_prefix_tokens,
     )
     env.run(until=engine.done)
     gaps, weights = engine.rec.inter_token_latencies_ms()

@@ -102,3 +102,48 @@ def test_output_lengths_are_respected_exactly(small):
     seq = np.random.SeedSequence(0).spawn(2)[0]
     specs = make_requests(res.resolved.scenario.workload, np.random.default_rng(seq))
     assert res.requests.output_tokens.tolist() == specs.output_tokens.tolist()
+
+
+def test_a_shared_prompt_prefix_is_computed_once_then_served_from_the_cache(small):
+    """shared_prefix_tokens: the first prefill computes whole prompts; later ones compute only what follows the
+    prefix while attending to it, so they cost less; decode steps, which read every prompt's KV whole, do not
+    change; and the KV cache holds the prefix once."""
+    small["workload"].update(num_requests=6, arrival={"type": "closed", "concurrency": 2},
+                             input_tokens={"dist": "fixed", "value": 1000})
+    plain = _run(small)
+    small["workload"]["shared_prefix_tokens"] = 900
+    shared = _run(small)
+    pre_plain = plain.iterations[plain.iterations.kind == "prefill"]
+    pre_shared = shared.iterations[shared.iterations.kind == "prefill"]
+    model = IterationModel(shared.resolved)
+    # the first prefill (both clients' prompts) computes the prefix; the later ones 100 tokens each, attending to it
+    first = pre_shared.iloc[0]
+    assert first.end_ms - first.start_ms == pytest.approx(model.prefill([1000, 1000]).total_ms)
+    later = pre_shared.iloc[1:]
+    assert len(later) and all(later.end_ms - later.start_ms < 0.5 * (pre_plain.end_ms - pre_plain.start_ms).iloc[1:])
+    n = int(later.batch_size.iloc[0])  # the two clients' requests finish, and are replaced, together
+    assert (later.end_ms - later.start_ms).iloc[0] == pytest.approx(model.prefill([100] * n, 900.0 * n).total_ms)
+    # decode steps read the same KV either way
+    dec_plain = plain.iterations[plain.iterations.kind == "decode"]
+    dec_shared = shared.iterations[shared.iterations.kind == "decode"]
+    assert (dec_shared.end_ms - dec_shared.start_ms).sum() == pytest.approx(
+        (dec_plain.end_ms - dec_plain.start_ms).sum())
+    assert shared.makespan_ms < plain.makespan_ms
+
+
+def test_the_kv_cache_holds_a_cached_shared_prefix_once(small):
+    import simpy
+
+    from simspec.engine.engine import ServingEngine
+    from simspec.workload import RequestSpecs
+
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    specs = RequestSpecs(np.array([1000, 1000, 1000]), np.array([10, 10, 10]), None)
+    env = simpy.Environment()
+    eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=8, kv_capacity_tokens=100_000,
+                        chunked_prefill_tokens=8192, concurrency=3, shared_prefix_tokens=900)
+    env.run(until=eng.done)
+    assert eng.prefix_cached
+    eng.run_ids = np.array([0, 1, 2])  # three running requests reading 1,000-token prompts
+    eng.context_sum = 3000
+    assert eng._kv_held() == 3000 - 2 * 900

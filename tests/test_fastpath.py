@@ -60,3 +60,7 @@ def test_fast_path_refuses_what_it_does_not_model(tmp_path):
     with pytest.raises(InputError, match="conversations") as err:
         predict_fast(rs)
     assert err.value.key == "workload.arrival.turns"
+    rs = load_scenario(SCENARIOS / "baseline.yaml", ["workload.shared_prefix_tokens=16"])
+    with pytest.raises(InputError, match="radix cache") as err:
+        predict_fast(rs)
+    assert err.value.key == "workload.shared_prefix_tokens"

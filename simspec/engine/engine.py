@@ -9,6 +9,9 @@ chunked prefill, so prefill and decode never share an iteration).
 KV admission follows SGLang (engine/admission.py): a request is admitted against an estimate of what the
 running ones will still generate, not their whole max_new_tokens, and a decode step that finds no room retracts
 requests back to the waiting queue; they are prefilled again (prompt and generated tokens) when room returns.
+Of the radix cache, the prompt prefix every request shares (workload.shared_prefix_tokens) is modelled: after
+the first prefill has computed it, prefills compute only what follows it (attending to it), and the KV cache
+holds it once; a prefix one request shares with another's earlier turns is not.
 
 The running batch is kept as parallel arrays (ids, tokens still to generate, decode iterations seen at
 admission) so that one iteration costs a handful of vector operations whatever the batch size.
@@ -32,7 +35,8 @@ class ServingEngine:
     def __init__(self, env: simpy.Environment, model: IterationModel, specs: RequestSpecs,
                  sampler: AcceptanceSampler | None, *, max_running: int, kv_capacity_tokens: int,
                  chunked_prefill_tokens: int, concurrency: int | None, schedule_conservativeness: float = 1.0,
-                 decode_tokens_per_request: int = 1, retract_latest_first: bool = False, turns: int = 1):
+                 decode_tokens_per_request: int = 1, retract_latest_first: bool = False, turns: int = 1,
+                 shared_prefix_tokens: int = 0):
         self.env = env
         self.model = model
         self.sampler = sampler
@@ -63,7 +67,11 @@ class ServingEngine:
         self.run_ids = np.zeros(0, dtype=np.int64)
         self.run_remaining = np.zeros(0, dtype=np.int64)  # tokens still to generate
         self.run_joined = np.zeros(0, dtype=np.int64)  # decode iterations done when the request joined
-        self.context_sum = 0  # KV tokens of the running batch (prompts + generated)
+        self.context_sum = 0  # KV tokens the running batch's attention reads (prompts + generated)
+        # a prompt prefix every request shares: once a prefill has computed it, the radix cache serves it (a
+        # request's prefill computes only the rest and attends to it) and holds it once, whoever runs
+        self.shared_prefix = shared_prefix_tokens
+        self.prefix_cached = False
         self.decode_iterations = 0
         self.roofline_ms = 0.0  # running sum of every iteration's roofline time
         self.last_decode_end = 0.0
@@ -118,7 +126,7 @@ class ServingEngine:
         if self.batch_full or not self.waiting:
             return admitted
         # room = free KV - the running requests' estimated remaining output (schedule_policy.PrefillAdder)
-        room = (self.kv_capacity - self.context_sum
+        room = (self.kv_capacity - self._kv_held()
                 - self.ratio.value * float(output_estimate(self.run_remaining).sum()))
         prompt_tokens = 0
         while self.waiting:
@@ -141,8 +149,17 @@ class ServingEngine:
 
     def _extend_tokens(self, rid: int) -> int:
         """Tokens a prefill of this request computes: its prompt, and what it had generated if it was retracted
-        (the radix cache may still hold the prompt then; recomputing it all is the assumption here)."""
-        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid])
+        (the radix cache may still hold the prompt then; recomputing it all is the assumption here), less the
+        shared prefix once the cache holds it."""
+        cached = self.shared_prefix if self.prefix_cached else 0
+        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - cached
+
+    def _kv_held(self) -> int:
+        """KV tokens the running batch holds: what its attention reads, with the cached shared prefix once."""
+        running = len(self.run_ids)
+        if not self.prefix_cached or running < 2:
+            return self.context_sum
+        return self.context_sum - self.shared_prefix * (running - 1)
 
     def _loop(self):
         env = self.env
@@ -170,16 +187,17 @@ class ServingEngine:
     def _prefill(self, admitted: list[int]):
         env, rec = self.env, self.rec
         prompts = [self._extend_tokens(r) for r in admitted]
+        hit = self.shared_prefix if self.prefix_cached else 0  # each prompt attends to the cached prefix
         # a prompt longer than the chunk runs as several chunks, each attending to the ones before
         pieces: list[tuple[list[int], float]] = []
         if len(prompts) == 1 and prompts[0] > self.chunk:
             done = 0
             while done < prompts[0]:
                 step = min(self.chunk, prompts[0] - done)
-                pieces.append(([step], float(done)))
+                pieces.append(([step], float(hit + done)))
                 done += step
         else:
-            pieces.append((prompts, 0.0))
+            pieces.append((prompts, float(hit * len(prompts))))  # IterationModel.prefill: summed over prompts
         for chunk_prompts, cached in pieces:
             start = env.now
             cost = self.model.prefill(chunk_prompts, cached)
@@ -198,7 +216,9 @@ class ServingEngine:
         self.run_ids = np.concatenate([self.run_ids, ids])
         self.run_remaining = np.concatenate([self.run_remaining, self.left_at_admission[ids] - 1])
         self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
-        self.context_sum += sum(prompts) + len(ids)
+        self.context_sum += sum(prompts) + hit * len(ids) + len(ids)
+        if self.shared_prefix:
+            self.prefix_cached = True
         if self._retire(now):  # requests done at their prefill leave before any decode: the flag clears now
             self.batch_full = self.shrunk = False
 
@@ -207,7 +227,7 @@ class ServingEngine:
         step's tokens do not fit; the batch_is_full flag clears once the batch has shrunk."""
         if self.shrunk:
             self.batch_full = self.shrunk = False
-        free = self.kv_capacity - self.context_sum
+        free = self.kv_capacity - self._kv_held()
         if free >= len(self.run_ids) * self.decode_tokens:
             self.ratio.decode_step()
             return
@@ -220,7 +240,9 @@ class ServingEngine:
         while keep > 1:  # at least one, then until the survivors' next step fits (check_decode_mem)
             keep -= 1
             rid = int(self.run_ids[order[keep]])
-            free += int(self.inputs[rid]) + int(generated[order[keep]])
+            # its own tokens; the cached shared prefix stays with the requests that remain
+            free += int(self.inputs[rid]) + int(generated[order[keep]]) - (self.shared_prefix if self.prefix_cached
+                                                                            else 0)
             if free >= keep * self.decode_tokens:
                 break
         gone, stay = order[keep:][::-1], np.sort(order[:keep])  # gone: in the order they were popped

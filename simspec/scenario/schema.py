@@ -175,6 +175,15 @@ class LengthDistribution(StrictModel):
             raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
         return self
 
+    @property
+    def shortest(self) -> int:
+        """The shortest length a sample can take (workload.sample_lengths clips to [min, max])."""
+        if self.dist == "fixed":
+            return min(max(self.value, self.min), self.max)  # type: ignore[type-var]
+        if self.dist == "uniform":
+            return min(max(self.low, self.min), self.max)  # type: ignore[type-var]
+        return self.min
+
 
 class ClosedLoop(StrictModel):
     """`concurrency` clients, each sending its next request when the previous one finishes.
@@ -183,7 +192,7 @@ class ClosedLoop(StrictModel):
     conversation, and so on): a client sends a conversation's turns one after another and only then takes the
     next conversation nobody has started, as multi-turn benchmarks do (MT-bench's two turns on a pool of client
     threads). Each turn's lengths are drawn like any request's; the prefix a later turn shares with the earlier
-    ones is not reused from a cache (the radix cache is not modelled)."""
+    ones is not reused from a cache (of the radix cache only workload.shared_prefix_tokens is modelled)."""
 
     type: Literal["closed"]
     concurrency: StrictInt = Field(ge=1, le=100_000)
@@ -203,6 +212,10 @@ class Workload(StrictModel):
     num_requests: StrictInt = Field(ge=1, le=10_000_000)
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
+    shared_prefix_tokens: StrictInt = Field(
+        default=0, ge=0, le=MAX_TOKENS,
+        description="leading prompt tokens every request shares (a few-shot block, a system prompt): SGLang's radix"
+                    " cache serves them from cache once a prefill has computed them")
 
     @property
     def turns(self) -> int:
@@ -215,6 +228,11 @@ class Workload(StrictModel):
         if self.num_requests % turns:
             raise ValueError(f"num_requests ({self.num_requests}) must be a multiple of arrival.turns ({turns}):"
                              " whole conversations")
+        shortest = self.input_tokens.shortest
+        if self.shared_prefix_tokens >= shortest:
+            raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be below the shortest prompt"
+                             f" input_tokens can draw ({shortest}): every prompt has tokens of its own after the"
+                             " shared prefix")
         return self
 
 
