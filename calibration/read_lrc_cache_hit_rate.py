@@ -67,7 +67,7 @@ def axes(words: list[dict], grid: list[dict]) -> tuple[list[tuple[float, float, 
         xs = verticals[4 * i:4 * i + 4]
         per_rho = (xs[3] - xs[0]) / 3
         for v in (1.0, 2.0):
-            if min(abs(x - xs[int(v)]) for x in x_labels[v]) > 1.0:
+            if not x_labels[v] or min(abs(x - xs[int(v)]) for x in x_labels[v]) > 1.0:
                 raise SystemExit(f"panel {PANELS[i]}: the gridline of rho = {v:g} has no tick label under it")
         panels.append((xs[0], per_rho, xs[0] + 4 * per_rho))
     y_values = (0.0, 0.2, 0.4, 0.6, 0.8)

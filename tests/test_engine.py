@@ -131,19 +131,52 @@ def test_a_shared_prompt_prefix_is_computed_once_then_served_from_the_cache(smal
     assert shared.makespan_ms < plain.makespan_ms
 
 
-def test_the_kv_cache_holds_a_cached_shared_prefix_once(small):
-    import simpy
+def test_the_kv_cache_holds_a_cached_shared_prefix_once_and_admission_counts_it(small):
+    """8,500-token prompts of which 8,000 are shared, 8-token outputs, a ~9,500-token KV cache: the cache holds the
+    prefix once and each request's own 508 tokens, so a few run together and nothing is retracted. Admission into
+    an idle engine must count the cached prefix too (the request it admits locks it)."""
+    small["server"]["mem_fraction_static"] = 0.205
+    small["workload"].update(num_requests=40, arrival={"type": "closed", "concurrency": 8},
+                             input_tokens={"dist": "fixed", "value": 8500}, output_tokens={"dist": "fixed", "value": 8},
+                             shared_prefix_tokens=8000)
+    res = _run(small)
+    capacity = res.resolved.kv_capacity_tokens
+    assert 8500 + 8 < capacity < 2 * (8500 + 8)  # without the shared prefix, one request at a time
+    assert res.requests.retractions.sum() == 0
+    decode = res.iterations[res.iterations.kind == "decode"]
+    together = int(decode.batch_size.max())
+    assert 1 < together <= (capacity - 8000) // (500 + 8)
 
-    from simspec.engine.engine import ServingEngine
-    from simspec.workload import RequestSpecs
 
-    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
-    specs = RequestSpecs(np.array([1000, 1000, 1000]), np.array([10, 10, 10]), None)
-    env = simpy.Environment()
-    eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=8, kv_capacity_tokens=100_000,
-                        chunked_prefill_tokens=8192, concurrency=3, shared_prefix_tokens=900)
-    env.run(until=eng.done)
-    assert eng.prefix_cached
-    eng.run_ids = np.array([0, 1, 2])  # three running requests reading 1,000-token prompts
-    eng.context_sum = 3000
-    assert eng._kv_held() == 3000 - 2 * 900
+def test_a_long_prompt_after_a_cached_prefix_runs_in_chunks_that_attend_to_it(small):
+    small["server"]["chunked_prefill_size"] = 512
+    small["workload"].update(num_requests=2, input_tokens={"dist": "fixed", "value": 2000},
+                             shared_prefix_tokens=900)
+    res = _run(small)
+    model = IterationModel(res.resolved)
+    pre = res.iterations[res.iterations.kind == "prefill"]
+    took = list(pre.end_ms - pre.start_ms)
+    first = sum(model.prefill([512], float(done)).total_ms for done in range(0, 2000, 512)[:3]) + model.prefill(
+        [2000 - 3 * 512], float(3 * 512)).total_ms
+    assert sum(took[:4]) == pytest.approx(first)  # the first request computes its whole prompt, prefix included
+    # the second computes the 1,100 tokens after the prefix, each chunk attending to the prefix and the chunks before
+    assert took[4:] == pytest.approx([model.prefill([512], 900.0).total_ms, model.prefill([512], 1412.0).total_ms,
+                                      model.prefill([76], 1924.0).total_ms])
+
+
+@pytest.mark.parametrize("dist, shortest", [
+    ({"dist": "fixed", "value": 10}, 10),
+    ({"dist": "fixed", "value": 10, "min": 20}, 20),  # samples are clipped to [min, max]
+    ({"dist": "fixed", "value": 100, "max": 50}, 50),
+    ({"dist": "uniform", "low": 50, "high": 90}, 50),
+    ({"dist": "uniform", "low": 5, "high": 90, "min": 8}, 8),
+    ({"dist": "lognormal", "mean": 500, "std": 100}, 1),
+    ({"dist": "normal", "mean": 500, "std": 100, "min": 300}, 300),
+])
+def test_shortest_length_a_distribution_can_draw(dist, shortest):
+    from simspec.scenario.schema import LengthDistribution
+    from simspec.workload import sample_lengths
+
+    d = LengthDistribution.model_validate(dist)
+    assert d.shortest == shortest
+    assert sample_lengths(d, 2000, np.random.default_rng(0)).min() >= shortest

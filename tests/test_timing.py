@@ -499,6 +499,12 @@ def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(sma
     it = IterationModel(rs)
     assert it.target.eff.routing_locality == presets.default_coefficients()["moe_routing_locality"].value
     assert it.draft.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+    # and the other way round: an unmeasured MoE drafter keeps the default, not the measured target's figure
+    rs = _qwen3_moe(copy.deepcopy(small), model="qwen3-30b-a3b", tp=8, algorithm="standalone",
+                    drafter="qwen3-235b-a22b-fp8", num_steps=3, topk=1, num_draft_tokens=4)
+    it = IterationModel(rs)
+    assert it.target.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+    assert it.draft.eff.routing_locality == presets.default_coefficients()["moe_routing_locality"].value
 
 
 @pytest.mark.parametrize("change, message", [

@@ -128,6 +128,8 @@ class ServingEngine:
         # room = free KV - the running requests' estimated remaining output (schedule_policy.PrefillAdder)
         room = (self.kv_capacity - self._kv_held()
                 - self.ratio.value * float(output_estimate(self.run_remaining).sum()))
+        if self.prefix_cached and not len(self.run_ids):
+            room -= self.shared_prefix  # evictable while nobody runs; the first request admitted locks it again
         prompt_tokens = 0
         while self.waiting:
             if len(self.run_ids) + len(admitted) >= self.max_running:

@@ -23,7 +23,7 @@ from simspec.scenario import releases
 from simspec.scenario.memory import plan_memory
 from simspec.scenario.profile import CollectiveCurve, Profile
 from simspec.scenario.reading import apply_overrides, read_yaml, relative_to_scenario, validation_error
-from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario
+from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario, Workload
 
 #  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set
 #  (server_args.auto_choose_speculative_params, 0.5.10): (3, 1, 4) for STANDALONE whatever the model, (5, 4, 8)
@@ -236,6 +236,17 @@ def _check_profile_matches(sc: Scenario, profile: Profile, file: str) -> None:
                          file=file, key="model")
 
 
+def _check_shared_prefix(w: Workload, file: str) -> None:
+    """Every prompt keeps tokens of its own after the prefix all requests share."""
+    shortest = w.input_tokens.shortest
+    if w.shared_prefix_tokens >= shortest:
+        hint = (" (a normal or lognormal length can draw down to input_tokens.min: set min above the prefix)"
+                if w.input_tokens.dist in ("normal", "lognormal") else "")
+        raise InputError(f"{w.shared_prefix_tokens} is not below the shortest prompt input_tokens can draw"
+                         f" ({shortest}){hint}; allowed: 0..{shortest - 1}, every prompt having tokens of its own"
+                         " after the shared prefix", file=file, key="workload.shared_prefix_tokens")
+
+
 def _coefficients(profile: Profile | None, profile_path: str | None, file: str, model_name: str,
                   model: presets.ModelPreset) -> dict[str, Coefficient]:
     """Each coefficient from the most specific place that has it: the scenario's calibration profile (the box),
@@ -410,6 +421,7 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         cuda_graph_max_bs=mem.cuda_graph_max_bs,
     )
     _check_acceptance(sc, resolved.max_accepted_drafts, file)
+    _check_shared_prefix(sc.workload, file)
     if sc.acceptance is not None and sc.acceptance.ngram_replay is not None:
         resolved = dataclasses.replace(resolved, replayed=_replay(sc, n, path))
     wl = sc.workload

@@ -228,11 +228,6 @@ class Workload(StrictModel):
         if self.num_requests % turns:
             raise ValueError(f"num_requests ({self.num_requests}) must be a multiple of arrival.turns ({turns}):"
                              " whole conversations")
-        shortest = self.input_tokens.shortest
-        if self.shared_prefix_tokens >= shortest:
-            raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be below the shortest prompt"
-                             f" input_tokens can draw ({shortest}): every prompt has tokens of its own after the"
-                             " shared prefix")
         return self
 
 
