@@ -29,9 +29,11 @@ def sample_lengths(d: LengthDistribution, n: int, rng: np.random.Generator) -> n
 
 @dataclass(frozen=True)
 class RequestSpecs:
-    input_tokens: np.ndarray
+    input_tokens: np.ndarray  # whole prompts
     output_tokens: np.ndarray
     arrival_s: np.ndarray | None  # open loop: absolute arrival times; closed loop: None
+    # leading prompt tokens of each request that its conversation's earlier turns left in the radix cache
+    carried_tokens: np.ndarray | None = None
 
 
 def whole_conversations(num_requests: int, concurrency: int, turns: int) -> int:
@@ -48,4 +50,13 @@ def make_requests(w: Workload, rng: np.random.Generator) -> RequestSpecs:
     arrivals = None
     if w.arrival.type == "poisson":
         arrivals = np.cumsum(rng.exponential(1.0 / w.arrival.rate_per_s, size=n))
-    return RequestSpecs(inputs, outputs, arrivals)
+    carried = None
+    if w.arrival.type == "closed" and w.arrival.followup_tokens is not None:
+        # drawn after everything else, so that a workload without follow-ups draws the same requests as before
+        new = sample_lengths(w.arrival.followup_tokens, n, rng)
+        carried = np.zeros(n, dtype=np.int64)
+        for turn in range(1, w.turns):  # a later turn: the conversation so far, then its new message
+            later = np.arange(turn, n, w.turns)
+            carried[later] = inputs[later - 1] + outputs[later - 1]
+            inputs[later] = carried[later] + new[later]
+    return RequestSpecs(inputs, outputs, arrivals, carried)

@@ -180,3 +180,57 @@ def test_shortest_length_a_distribution_can_draw(dist, shortest):
     d = LengthDistribution.model_validate(dist)
     assert d.shortest == shortest
     assert sample_lengths(d, 2000, np.random.default_rng(0)).min() >= shortest
+
+
+def test_followup_turns_carry_the_conversation_so_far():
+    """arrival.followup_tokens: a later turn's prompt is the previous turn's prompt and output, then its new message;
+    the carried part is what the radix cache holds for it. Without follow-ups the draws are those of before."""
+    from simspec.scenario.schema import Workload
+    from simspec.workload import make_requests
+
+    base = {"arrival": {"type": "closed", "concurrency": 2, "turns": 3}, "num_requests": 12,
+            "input_tokens": {"dist": "uniform", "low": 100, "high": 200},
+            "output_tokens": {"dist": "uniform", "low": 50, "high": 80}}
+    plain = make_requests(Workload.model_validate(base), np.random.default_rng(7))
+    carried = dict(base, arrival=dict(base["arrival"], followup_tokens={"dist": "uniform", "low": 10, "high": 20}))
+    spec = make_requests(Workload.model_validate(carried), np.random.default_rng(7))
+    assert (spec.output_tokens == plain.output_tokens).all()
+    first = np.arange(0, 12, 3)
+    assert (spec.input_tokens[first] == plain.input_tokens[first]).all() and (spec.carried_tokens[first] == 0).all()
+    for rid in range(12):
+        if rid % 3:
+            assert spec.carried_tokens[rid] == spec.input_tokens[rid - 1] + spec.output_tokens[rid - 1]
+            assert 10 <= spec.input_tokens[rid] - spec.carried_tokens[rid] <= 20
+    assert plain.carried_tokens is None
+
+
+def test_a_followup_turn_prefills_its_new_message_attending_to_the_conversation(small):
+    small["workload"].update(num_requests=2, arrival={"type": "closed", "concurrency": 1, "turns": 2,
+                                                      "followup_tokens": {"dist": "fixed", "value": 30}},
+                             input_tokens={"dist": "fixed", "value": 500},
+                             output_tokens={"dist": "fixed", "value": 200})
+    res = _run(small)
+    model = IterationModel(res.resolved)
+    pre = res.iterations[res.iterations.kind == "prefill"]
+    took = list(pre.end_ms - pre.start_ms)
+    assert took == pytest.approx([model.prefill([500]).total_ms, model.prefill([30], [700.0]).total_ms])
+    assert list(res.requests.input_tokens) == [500, 730]
+    # its decode steps read the whole conversation: the last one attends to 730 + 199 tokens
+    last = res.iterations[res.iterations.kind == "decode"].iloc[-1]
+    assert last.end_ms - last.start_ms == pytest.approx(model.decode(1, 730 + 199).total_ms)
+
+
+def test_admitting_a_followup_turn_counts_the_conversation_it_locks(small):
+    """Two conversations whose second turns each hold ~6,000 KV tokens, a ~9,500-token cache: the second turns
+    must run one at a time (admission counts the carried conversation, not just the new message), unretracted."""
+    small["server"]["mem_fraction_static"] = 0.205
+    small["workload"].update(num_requests=4, arrival={"type": "closed", "concurrency": 2, "turns": 2,
+                                                      "followup_tokens": {"dist": "fixed", "value": 50}},
+                             input_tokens={"dist": "fixed", "value": 3000},
+                             output_tokens={"dist": "fixed", "value": 3000})
+    res = _run(small)
+    assert 6050 + 3000 < res.resolved.kv_capacity_tokens < 2 * 6050
+    assert res.requests.retractions.sum() == 0
+    second = res.requests.iloc[[1, 3]]
+    overlap = min(second.finish_ms) - max(second.first_token_ms)
+    assert overlap <= 0  # the two second turns never decode together

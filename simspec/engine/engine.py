@@ -9,9 +9,11 @@ chunked prefill, so prefill and decode never share an iteration).
 KV admission follows SGLang (engine/admission.py): a request is admitted against an estimate of what the
 running ones will still generate, not their whole max_new_tokens, and a decode step that finds no room retracts
 requests back to the waiting queue; they are prefilled again (prompt and generated tokens) when room returns.
-Of the radix cache, the prompt prefix every request shares (workload.shared_prefix_tokens) is modelled: after
-the first prefill has computed it, prefills compute only what follows it (attending to it), and the KV cache
-holds it once; a prefix one request shares with another's earlier turns is not.
+Of the radix cache, two reuses are modelled: the prompt prefix every request shares (workload.shared_prefix_tokens),
+which after the first prefill has computed it the KV cache holds once, and a conversation's turns so far
+(arrival.followup_tokens), which its next turn finds cached. Either way a prefill computes only what follows the
+cached part, attending to it, and decode reads the whole prompt. Eviction is not modelled: what was cached stays
+(a retracted request's prompt is recomputed whole, less those two).
 
 The running batch is kept as parallel arrays (ids, tokens still to generate, decode iterations seen at
 admission) so that one iteration costs a handful of vector operations whatever the batch size.
@@ -46,6 +48,8 @@ class ServingEngine:
         n = len(specs.input_tokens)
         self.inputs = specs.input_tokens
         self.outputs = specs.output_tokens
+        # a later turn's conversation so far, which the radix cache serves (workload arrival.followup_tokens)
+        self.carried = specs.carried_tokens if specs.carried_tokens is not None else np.zeros(n, dtype=np.int64)
         self.rec = Recorder(n)
         self.rec.input_tokens[:] = specs.input_tokens
         self.waiting: deque[int] = deque()
@@ -137,7 +141,9 @@ class ServingEngine:
                 break
             rid = self.waiting[0]
             extend = self._extend_tokens(rid)
-            need = extend + int(output_estimate(self.left_at_admission[rid]))  # its whole (clipped) output
+            # what it will hold: its prompt (a cached conversation so far included, which admitting it locks out
+            # of the evictable cache; the shared prefix only if nobody holds it) and its whole (clipped) output
+            need = self._held_tokens(rid) + int(output_estimate(self.left_at_admission[rid]))
             if need >= room:
                 self.batch_full = True  # AddReqResult.NO_TOKEN
                 break
@@ -151,10 +157,20 @@ class ServingEngine:
 
     def _extend_tokens(self, rid: int) -> int:
         """Tokens a prefill of this request computes: its prompt, and what it had generated if it was retracted
-        (the radix cache may still hold the prompt then; recomputing it all is the assumption here), less the
-        shared prefix once the cache holds it."""
-        cached = self.shared_prefix if self.prefix_cached else 0
-        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - cached
+        (the radix cache may still hold the prompt then; recomputing it all is the assumption here), less what the
+        radix cache serves (_cached_tokens)."""
+        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - self._cached_tokens(rid)
+
+    def _cached_tokens(self, rid: int) -> int:
+        """Leading prompt tokens of this request the radix cache holds: its conversation so far (which opens with
+        the shared prefix), or the shared prefix once a prefill has computed it."""
+        return max(int(self.carried[rid]), self.shared_prefix if self.prefix_cached else 0)
+
+    def _held_tokens(self, rid: int) -> int:
+        """KV tokens this request's prompt (and what it had generated) will hold once running, the cached shared
+        prefix counted with the batch (_kv_held), not with each request."""
+        shared = self.shared_prefix if self.prefix_cached else 0
+        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - shared
 
     def _kv_held(self) -> int:
         """KV tokens the running batch holds: what its attention reads, with the cached shared prefix once."""
@@ -189,17 +205,17 @@ class ServingEngine:
     def _prefill(self, admitted: list[int]):
         env, rec = self.env, self.rec
         prompts = [self._extend_tokens(r) for r in admitted]
-        hit = self.shared_prefix if self.prefix_cached else 0  # each prompt attends to the cached prefix
+        hits = [self._cached_tokens(r) for r in admitted]  # each prompt attends to what the cache served it
         # a prompt longer than the chunk runs as several chunks, each attending to the ones before
-        pieces: list[tuple[list[int], float]] = []
+        pieces: list[tuple[list[int], float | list[float]]] = []
         if len(prompts) == 1 and prompts[0] > self.chunk:
             done = 0
             while done < prompts[0]:
                 step = min(self.chunk, prompts[0] - done)
-                pieces.append(([step], float(hit + done)))
+                pieces.append(([step], float(hits[0] + done)))
                 done += step
         else:
-            pieces.append((prompts, float(hit * len(prompts))))  # IterationModel.prefill: summed over prompts
+            pieces.append((prompts, [float(h) for h in hits]))
         for chunk_prompts, cached in pieces:
             start = env.now
             cost = self.model.prefill(chunk_prompts, cached)
@@ -218,7 +234,7 @@ class ServingEngine:
         self.run_ids = np.concatenate([self.run_ids, ids])
         self.run_remaining = np.concatenate([self.run_remaining, self.left_at_admission[ids] - 1])
         self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
-        self.context_sum += sum(prompts) + hit * len(ids) + len(ids)
+        self.context_sum += sum(prompts) + sum(hits) + len(ids)
         if self.shared_prefix:
             self.prefix_cached = True
         if self._retire(now):  # requests done at their prefill leave before any decode: the flag clears now

@@ -191,13 +191,24 @@ class ClosedLoop(StrictModel):
     With `turns` > 1 the requests come in conversations of that many turns (requests 0..turns-1 are the first
     conversation, and so on): a client sends a conversation's turns one after another and only then takes the
     next conversation nobody has started, as multi-turn benchmarks do (MT-bench's two turns on a pool of client
-    threads). Each turn's lengths are drawn like any request's; the prefix a later turn shares with the earlier
-    ones is not reused from a cache (of the radix cache only workload.shared_prefix_tokens is modelled)."""
+    threads). Without `followup_tokens` each turn's lengths are drawn like any request's and reuse nothing. With
+    it a later turn's prompt is the conversation so far (the previous turn's prompt and its output) followed by a
+    new message of `followup_tokens`, and SGLang's radix cache serves the conversation so far: the turn's prefill
+    computes the new message alone, attending to the rest (as a chat client resending the whole history does)."""
 
     type: Literal["closed"]
     concurrency: StrictInt = Field(ge=1, le=100_000)
     turns: StrictInt = Field(default=1, ge=1, le=1000, description="requests per conversation (num_requests must"
                                                                     " be a multiple)")
+    followup_tokens: LengthDistribution | None = Field(
+        default=None, description="turns after the first: the new message's length; the prompt carries the"
+                                  " conversation so far, served from the radix cache")
+
+    @model_validator(mode="after")
+    def _followups_need_turns(self) -> ClosedLoop:
+        if self.followup_tokens is not None and self.turns < 2:
+            raise ValueError("followup_tokens describes the later turns of a conversation: it needs turns >= 2")
+        return self
 
 
 class Poisson(StrictModel):
