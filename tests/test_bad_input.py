@@ -416,3 +416,14 @@ def test_real_process_exits_2_without_traceback(tmp_path, scenario):
     assert proc.stdout == ""
     assert FILE in proc.stderr and "hardware.gpu" in proc.stderr and "known:" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_conversations_last_turn_must_fit_the_kv_cache(tmp_path, scenario):
+    """With follow-ups a later turn carries every earlier turn: the loader checks the last turn (here 250,064 tokens
+    against ~229,000), though any one turn of the conversation alone would fit."""
+    base = copy.deepcopy(scenario)
+    base["workload"].update(arrival={"type": "closed", "concurrency": 1, "turns": 3,
+                                     "followup_tokens": {"dist": "fixed", "value": 20_000}},
+                            num_requests=3, output_tokens={"dist": "fixed", "value": 70_000})
+    _assert_bad_input(_predict(_write(tmp_path, base)), "workload", "a conversation's last turn",
+                      "turns or followup_tokens")

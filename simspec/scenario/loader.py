@@ -426,9 +426,15 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         resolved = dataclasses.replace(resolved, replayed=_replay(sc, n, path))
     wl = sc.workload
     longest = max(_max_length(wl.input_tokens) + _max_length(wl.output_tokens), 1)
+    followup = wl.arrival.followup_tokens if wl.arrival.type == "closed" else None
+    if followup is not None:  # the last turn carries every earlier turn's prompt and output
+        longest += (wl.turns - 1) * (_max_length(followup) + _max_length(wl.output_tokens))
     if longest >= mem.kv_capacity_tokens:  # SGLang admits a request only if it needs fewer tokens than are free
-        raise InputError(f"one request can hold {longest} tokens but the KV cache holds {mem.kv_capacity_tokens}"
-                         " per GPU; lower the workload's max lengths or free memory", file=file, key="workload")
+        carried = " (a conversation's last turn, its earlier turns carried)" if followup is not None else ""
+        raise InputError(f"one request can hold {longest} tokens{carried} but the KV cache holds"
+                         f" {mem.kv_capacity_tokens} per GPU; lower the workload's max lengths"
+                         f"{', turns or followup_tokens' if followup is not None else ''} or free memory",
+                         file=file, key="workload")
     return resolved
 
 

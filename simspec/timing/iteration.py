@@ -13,6 +13,7 @@ CPU scheduling work is exposed unless overlap scheduling hides it behind the GPU
 
 from __future__ import annotations
 
+import numbers
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -227,7 +228,7 @@ class IterationModel:
         radix cache): per prompt, or one total spread evenly over them."""
         seqs = len(prompt_tokens)
         tokens = int(sum(prompt_tokens))
-        if isinstance(cached_context, (int, float)):
+        if isinstance(cached_context, numbers.Real):
             attended = tokens * (cached_context / max(seqs, 1))
         else:
             attended = sum(q * c for q, c in zip(prompt_tokens, cached_context, strict=True))
