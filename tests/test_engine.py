@@ -234,3 +234,24 @@ def test_admitting_a_followup_turn_counts_the_conversation_it_locks(small):
     second = res.requests.iloc[[1, 3]]
     overlap = min(second.finish_ms) - max(second.first_token_ms)
     assert overlap <= 0  # the two second turns never decode together
+
+
+def test_predict_reports_what_the_radix_cache_served(small, tmp_path):
+    """Three requests in sequence whose 1,000-token prompts share 900: the first prefill computes 1,000 tokens,
+    the next two 100 each; the cache serves 900 twice. predict's JSON and table say so."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from simspec.cli import main
+
+    small["workload"].update(num_requests=3, input_tokens={"dist": "fixed", "value": 1000}, shared_prefix_tokens=900)
+    figures = summarize(_run(small))
+    assert (figures["prefill_tokens"], figures["cached_prompt_tokens"]) == (1200, 1800)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small))
+    out = CliRunner().invoke(main, ["predict", str(path), "--json"])
+    assert out.exit_code == 0 and json.loads(out.output)["cached_prompt_tokens"] == 1800
+    table = CliRunner().invoke(main, ["predict", str(path)]).output
+    assert "prompt tokens from the radix cache" in table and "1,800" in table

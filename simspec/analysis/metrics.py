@@ -68,6 +68,8 @@ def summarize(res: SimulationResult) -> dict:
         "output_tokens": int(req.output_tokens.sum()),
         "decode_iterations": int(len(dec)),
         "retractions": int(req.retractions.sum()),
+        "prefill_tokens": int(req.prefill_tokens.sum()),  # prompt tokens prefills computed
+        "cached_prompt_tokens": int(req.cached_prompt_tokens.sum()),  # prompt tokens the radix cache served
         "simulated_ms": float(res.makespan_ms),
     }
 

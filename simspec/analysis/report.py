@@ -44,6 +44,9 @@ def render(result: dict, console: Console) -> None:
     row("mean batch size", "mean_batch_size", 1)
     if result.get("retractions") or base.get("retractions"):  # the KV cache ran out: SGLang's retract_decode
         row("retractions (KV cache full)", "retractions", 0)
+    if result.get("cached_prompt_tokens"):  # a shared prefix or a conversation's history: the radix cache's share
+        row("prompt tokens prefilled", "prefill_tokens", 0)
+        row("prompt tokens from the radix cache", "cached_prompt_tokens", 0)
     row("iteration ms", "iteration_ms", 2)
     for k in BREAKDOWN_KEYS:
         row(f"  {BREAKDOWN_LABELS[k]} ms", "breakdown_ms", 2, sub=k)

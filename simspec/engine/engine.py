@@ -223,6 +223,8 @@ class ServingEngine:
             self.roofline_ms += cost.roofline_ms
             rec.iteration(start, env.now, "prefill", len(chunk_prompts), len(chunk_prompts), cost)
         ids = np.asarray(admitted, dtype=np.int64)
+        rec.prefill_tokens[ids] += np.asarray(prompts, dtype=np.int64)
+        rec.cached_tokens[ids] += np.asarray(hits, dtype=np.int64)
         now = env.now
         new = np.isnan(rec.first_token_ms[ids])
         rec.first_token_ms[ids[new]] = now

@@ -22,6 +22,8 @@ class Recorder:
         self.output_tokens = np.zeros(n, dtype=np.int64)
         self.verify_steps = np.zeros(n, dtype=np.int64)
         self.retractions = np.zeros(n, dtype=np.int64)  # times SGLang's retract_decode sent it back to wait
+        self.prefill_tokens = np.zeros(n, dtype=np.int64)  # prompt (and re-prefilled) tokens its prefills computed
+        self.cached_tokens = np.zeros(n, dtype=np.int64)  # prompt tokens the radix cache served them instead
         self.roofline_at_first_ms = np.full(n, np.nan)
         self.roofline_at_finish_ms = np.full(n, np.nan)
         self.itl_gaps: list[tuple[float, int]] = []  # (gap between streamed chunks ms, how many requests had it)
@@ -39,6 +41,7 @@ class Recorder:
             "arrival_ms": self.arrival_ms, "first_token_ms": self.first_token_ms, "finish_ms": self.finish_ms,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "verify_steps": self.verify_steps, "retractions": self.retractions,
+            "prefill_tokens": self.prefill_tokens, "cached_prompt_tokens": self.cached_tokens,
             "roofline_at_first_ms": self.roofline_at_first_ms, "roofline_at_finish_ms": self.roofline_at_finish_ms,
         })
 
