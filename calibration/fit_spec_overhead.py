@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
-from simspec.calibration.fitting import beats_neighbours
+from simspec.calibration.fitting import check_minimum
 from simspec.predict import predict
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
 from simspec.validation import load_case
@@ -87,15 +87,8 @@ def main() -> int:
     args = ap.parse_args()
     cases = _cases()
     if args.check:
-        v = checked_in()
-        ok, here, best = beats_neighbours(lambda x: objective(x, cases), v, CHECK_STEPS)
-        shown = ", ".join(f"{n} = {x}" for n, x in zip(NAMES, v, strict=True))
-        if ok:
-            print(f"{shown} minimise the fit objective ({here:.5f}; neighbours {best:.5f} and up)")
-            return 0
-        print(f"{shown} in {DEFAULTS} do not minimise the fit objective: rerun this script and set the values it"
-              " prints", file=sys.stderr)
-        return 1
+        return check_minimum(lambda x: objective(x, cases), NAMES, checked_in(), CHECK_STEPS, DEFAULTS,
+                             "rerun this script and set the values it prints")
     v = fit(cases)
     for label, x in (("unset (0, 0)", (0.0, 0.0)), (f"fitted {v}", v)):
         errs = [f"{(_predicted(rs, x) - measured) / measured * 100:+.1f}%" for rs, measured in cases]

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
-from simspec.calibration.fitting import beats_neighbours, write_fitted_profile
+from simspec.calibration.fitting import check_minimum, write_fitted_profile
 from simspec.predict import predict
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
 from simspec.validation import load_case
@@ -106,15 +106,8 @@ def main() -> int:
     args = ap.parse_args()
     cases = _cases()
     if args.check:
-        v = checked_in()
-        ok, here, best = beats_neighbours(lambda x: objective(x, cases), v, (GRID_MS, GRID_MS))
-        shown = ", ".join(f"{n} = {x}" for n, x in zip(NAMES, v, strict=True))
-        if ok:
-            print(f"{shown} minimise the fit objective ({here:.5f}; grid neighbours {best:.5f} and up)")
-            return 0
-        print(f"{shown} in {PROFILE} do not minimise the fit objective: rerun calibration/fit_specbundle_host.py",
-              file=sys.stderr)
-        return 1
+        return check_minimum(lambda x: objective(x, cases), NAMES, checked_in(), (GRID_MS, GRID_MS), PROFILE,
+                             "rerun calibration/fit_specbundle_host.py")
     v = fit(cases)
     profile = profile_for(v, cases)
     write_fitted_profile(PROFILE, profile, "calibration/fit_specbundle_host.py")

@@ -11,6 +11,7 @@ from simspec.calibration.fitting import (
     Box,
     beats_neighbours,
     build_scenario,
+    check_minimum,
     fit,
     match_preset,
     modelled_step_ms,
@@ -151,3 +152,15 @@ def test_beats_neighbours_accepts_a_minimum_and_refuses_a_point_beside_it():
     assert ok and here == pytest.approx(0.25) and best > here
     ok, _, _ = beats_neighbours(bowl, (1.3, 0.0), (0.1, 0.1))
     assert not ok  # 1.2 scores better
+
+
+def test_check_minimum_reports_and_exits_as_a_fit_script_check(capsys, tmp_path):
+    def bowl(v):
+        return (v[0] - 1.0) ** 2 + v[1] ** 2
+
+    where = tmp_path / "profile.yaml"
+    assert check_minimum(bowl, ("a", "b"), (1.0, 0.0), (0.1, 0.1), where, "rerun the fit") == 0
+    assert "a = 1.0, b = 0.0 minimise the fit objective" in capsys.readouterr().out
+    assert check_minimum(bowl, ("a", "b"), (1.3, 0.0), (0.1, 0.1), where, "rerun the fit") == 1
+    err = capsys.readouterr().err
+    assert f"in {where} do not minimise the fit objective: rerun the fit" in err

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,3 +444,16 @@ def beats_neighbours(objective: Callable[[tuple[float, ...]], float], values: Se
              for i in range(len(v)) for sign in (-1, 1)} - {v}
     scores = [objective(m) for m in moved]
     return all(here <= s for s in scores), here, min(scores, default=here)
+
+
+def check_minimum(objective: Callable[[tuple[float, ...]], float], names: Sequence[str], values: Sequence[float],
+                  steps: Sequence[float], where: Path, remedy: str) -> int:
+    """A fit script's --check: report whether the checked-in `values` (of `names`, read from `where`) beat their
+    neighbours (beats_neighbours); 0 if they do, else 1 with `remedy` on stderr."""
+    ok, here, best = beats_neighbours(objective, values, steps)
+    shown = ", ".join(f"{n} = {x}" for n, x in zip(names, values, strict=True))
+    if ok:
+        print(f"{shown} minimise the fit objective ({here:.5f}; neighbours {best:.5f} and up)")
+        return 0
+    print(f"{shown} in {where} do not minimise the fit objective: {remedy}", file=sys.stderr)
+    return 1
