@@ -178,7 +178,7 @@ def _prefill_ms(model: IterationModel, prompt: int, seqs: int, chunk: int) -> fl
     total, done = 0.0, 0
     while done < prompt:
         step = min(chunk, prompt - done)
-        total += model.prefill([step], float(done)).total_ms
+        total += model.prefill([step], [float(done)]).total_ms
         done += step
     return total
 

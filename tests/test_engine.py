@@ -122,7 +122,7 @@ def test_a_shared_prompt_prefix_is_computed_once_then_served_from_the_cache(smal
     later = pre_shared.iloc[1:]
     assert len(later) and all(later.end_ms - later.start_ms < 0.5 * (pre_plain.end_ms - pre_plain.start_ms).iloc[1:])
     n = int(later.batch_size.iloc[0])  # the two clients' requests finish, and are replaced, together
-    assert (later.end_ms - later.start_ms).iloc[0] == pytest.approx(model.prefill([100] * n, 900.0 * n).total_ms)
+    assert (later.end_ms - later.start_ms).iloc[0] == pytest.approx(model.prefill([100] * n, [900.0] * n).total_ms)
     # decode steps read the same KV either way
     dec_plain = plain.iterations[plain.iterations.kind == "decode"]
     dec_shared = shared.iterations[shared.iterations.kind == "decode"]
@@ -156,12 +156,12 @@ def test_a_long_prompt_after_a_cached_prefix_runs_in_chunks_that_attend_to_it(sm
     model = IterationModel(res.resolved)
     pre = res.iterations[res.iterations.kind == "prefill"]
     took = list(pre.end_ms - pre.start_ms)
-    first = sum(model.prefill([512], float(done)).total_ms for done in range(0, 2000, 512)[:3]) + model.prefill(
-        [2000 - 3 * 512], float(3 * 512)).total_ms
+    first = sum(model.prefill([512], [float(done)]).total_ms for done in range(0, 2000, 512)[:3]) + model.prefill(
+        [2000 - 3 * 512], [float(3 * 512)]).total_ms
     assert sum(took[:4]) == pytest.approx(first)  # the first request computes its whole prompt, prefix included
     # the second computes the 1,100 tokens after the prefix, each chunk attending to the prefix and the chunks before
-    assert took[4:] == pytest.approx([model.prefill([512], 900.0).total_ms, model.prefill([512], 1412.0).total_ms,
-                                      model.prefill([76], 1924.0).total_ms])
+    assert took[4:] == pytest.approx([model.prefill([512], [900.0]).total_ms, model.prefill([512], [1412.0]).total_ms,
+                                      model.prefill([76], [1924.0]).total_ms])
 
 
 @pytest.mark.parametrize("dist, shortest", [

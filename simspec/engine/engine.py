@@ -207,12 +207,12 @@ class ServingEngine:
         prompts = [self._extend_tokens(r) for r in admitted]
         hits = [self._cached_tokens(r) for r in admitted]  # each prompt attends to what the cache served it
         # a prompt longer than the chunk runs as several chunks, each attending to the ones before
-        pieces: list[tuple[list[int], float | list[float]]] = []
+        pieces: list[tuple[list[int], list[float]]] = []
         if len(prompts) == 1 and prompts[0] > self.chunk:
             done = 0
             while done < prompts[0]:
                 step = min(self.chunk, prompts[0] - done)
-                pieces.append(([step], float(hits[0] + done)))
+                pieces.append(([step], [float(hits[0] + done)]))
                 done += step
         else:
             pieces.append((prompts, [float(h) for h in hits]))

@@ -13,7 +13,6 @@ CPU scheduling work is exposed unless overlap scheduling hides it behind the GPU
 
 from __future__ import annotations
 
-import numbers
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -222,18 +221,15 @@ class IterationModel:
         cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra)
         return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
 
-    def prefill(self, prompt_tokens: list[int], cached_context: float | Sequence[float] = 0.0) -> IterationCost:
+    def prefill(self, prompt_tokens: list[int], cached: Sequence[float] | None = None) -> IterationCost:
         """A prefill (extend) iteration over new prompt tokens, run eagerly. EAGLE-family drafters prefill too.
-        cached_context: KV tokens the prompts attend to beyond their own (earlier chunks, a prefix served from the
-        radix cache): per prompt, or one total spread evenly over them."""
+        cached: per prompt, the KV tokens it attends to beyond its own (earlier chunks, a prefix served from the
+        radix cache); none by default."""
         seqs = len(prompt_tokens)
         tokens = int(sum(prompt_tokens))
-        if isinstance(cached_context, numbers.Real):
-            attended = tokens * (cached_context / max(seqs, 1))
-        else:
-            attended = sum(q * c for q, c in zip(prompt_tokens, cached_context, strict=True))
-            cached_context = float(sum(cached_context))
-        pairs = sum(q * (q + 1) / 2 for q in prompt_tokens) + attended
+        cached = [0.0] * seqs if cached is None else cached
+        pairs = sum(q * (q + 1) / 2 + q * c for q, c in zip(prompt_tokens, cached, strict=True))
+        cached_context = float(sum(cached))
         shape = ForwardShape(num_seqs=seqs, tokens=tokens, real_seqs=seqs, real_tokens=tokens,
                              logit_tokens=seqs, graph=False)
         v = self.target.cost(shape, cached_context + tokens, pairs)
