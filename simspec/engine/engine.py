@@ -155,11 +155,14 @@ class ServingEngine:
             admitted.append(rid)
         return admitted
 
+    def _context_tokens(self, rid: int) -> int:
+        """Its prompt, and what it had generated if it was retracted: the KV context its prefill restores (the
+        radix cache may still hold a retracted prompt; recomputing it all is the assumption here)."""
+        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid])
+
     def _extend_tokens(self, rid: int) -> int:
-        """Tokens a prefill of this request computes: its prompt, and what it had generated if it was retracted
-        (the radix cache may still hold the prompt then; recomputing it all is the assumption here), less what the
-        radix cache serves (_cached_tokens)."""
-        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - self._cached_tokens(rid)
+        """Tokens a prefill of this request computes: its context less what the radix cache serves."""
+        return self._context_tokens(rid) - self._cached_tokens(rid)
 
     def _cached_tokens(self, rid: int) -> int:
         """Leading prompt tokens of this request the radix cache holds: its conversation so far (which opens with
@@ -169,8 +172,7 @@ class ServingEngine:
     def _held_tokens(self, rid: int) -> int:
         """KV tokens this request's prompt (and what it had generated) will hold once running, the cached shared
         prefix counted with the batch (_kv_held), not with each request."""
-        shared = self.shared_prefix if self.prefix_cached else 0
-        return int(self.inputs[rid] + self.outputs[rid] - self.left_at_admission[rid]) - shared
+        return self._context_tokens(rid) - (self.shared_prefix if self.prefix_cached else 0)
 
     def _kv_held(self) -> int:
         """KV tokens the running batch holds: what its attention reads, with the cached shared prefix once."""
