@@ -27,7 +27,6 @@ EAGLE-2 and EAGLE-3 runs have topk 8, the rest topk 1).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -35,10 +34,8 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
-from simspec.calibration.fitting import check_minimum
-from simspec.predict import predict
-from simspec.scenario.loader import Coefficient, parse_scenario, resolve
-from simspec.validation import load_case
+from simspec.calibration.fitting import check_minimum, log_misfit, predicted_with, published_cases
+from simspec.scenario.loader import ResolvedScenario
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("spec_tree_cpu_ms", "spec_cpu_per_verified_token_us")
@@ -49,27 +46,14 @@ ROUNDING = (2, 1)  # decimals each value is kept to
 CHECK_STEPS = (0.05, 0.5)  # --check: the checked-in values must beat their neighbours this far away
 
 
-def _cases() -> list[tuple[object, float]]:
-    out = []
-    for path in CASES:
-        case = load_case(path)
-        out.append((resolve(parse_scenario(case.scenario, str(path)), str(path)), case.measured.value))
-    return out
-
-
-def _predicted(rs, values: tuple[float, float]) -> float:
-    coefficients = rs.coefficients | {n: Coefficient(v, "fit") for n, v in zip(NAMES, values, strict=True)}
-    return predict(dataclasses.replace(rs, coefficients=coefficients))["throughput_tokens_per_s"]
-
-
-def objective(values: tuple[float, float], cases: list[tuple[object, float]]) -> float:
+def objective(values: tuple[float, float], cases: list[tuple[ResolvedScenario, float]]) -> float:
     """Sum over the cases of log(predicted / measured)^2 with the coefficients at `values`."""
     if any(not lo <= v <= hi for v, (lo, hi) in zip(values, BOUNDS, strict=True)):
         return math.inf
-    return sum(math.log(_predicted(rs, values) / measured) ** 2 for rs, measured in cases)
+    return log_misfit(cases, NAMES, values, "throughput_tokens_per_s")
 
 
-def fit(cases: list[tuple[object, float]]) -> tuple[float, float]:
+def fit(cases: list[tuple[ResolvedScenario, float]]) -> tuple[float, float]:
     res = minimize(lambda x: objective(tuple(x), cases), x0=(1.0, 15.0), method="Nelder-Mead",
                    options={"xatol": 0.01, "fatol": 1e-7})
     return tuple(round(float(v), d) for v, d in zip(res.x, ROUNDING, strict=True))  # type: ignore[return-value]
@@ -85,13 +69,14 @@ def main() -> int:
     ap.add_argument("--check", action="store_true",
                     help="verify that defaults.yaml's values minimise the fit objective (cheap: five evaluations)")
     args = ap.parse_args()
-    cases = _cases()
+    cases = published_cases(CASES, without_profile=False)
     if args.check:
         return check_minimum(lambda x: objective(x, cases), NAMES, checked_in(), CHECK_STEPS, DEFAULTS,
                              "rerun this script and set the values it prints")
     v = fit(cases)
     for label, x in (("unset (0, 0)", (0.0, 0.0)), (f"fitted {v}", v)):
-        errs = [f"{(_predicted(rs, x) - measured) / measured * 100:+.1f}%" for rs, measured in cases]
+        predicted = [predicted_with(rs, NAMES, x, "throughput_tokens_per_s") for rs, _ in cases]
+        errs = [f"{(p - measured) / measured * 100:+.1f}%" for p, (_, measured) in zip(predicted, cases, strict=True)]
         print(f"{label}: concurrency 1 / 2 / 4 / 8 errors {' / '.join(errs)}")
     for name, value in zip(NAMES, v, strict=True):
         print(f"{name}: {value}  (set it in {DEFAULTS.relative_to(ROOT)})")

@@ -21,7 +21,6 @@ Qwen3-30B-A3B, Qwen3-235B-A22B, Kimi-K2 at batch 8) use the profile and stay the
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -29,10 +28,8 @@ from pathlib import Path
 import yaml
 from scipy.optimize import minimize
 
-from simspec.calibration.fitting import check_minimum, write_fitted_profile
-from simspec.predict import predict
-from simspec.scenario.loader import Coefficient, parse_scenario, resolve
-from simspec.validation import load_case
+from simspec.calibration.fitting import check_minimum, log_misfit, published_cases, write_fitted_profile
+from simspec.scenario.loader import ResolvedScenario
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "calibration" / "profiles" / "specbundle-h200-host.yaml"
@@ -42,27 +39,12 @@ GRID_MS = 0.05  # --check: the checked-in values must beat their neighbours this
 MAX_MS = 3.0
 
 
-def _cases() -> list[tuple[object, float]]:
-    """Each case's scenario without its profile (the fit must not start from what it writes), and its speedup."""
-    out = []
-    for path in CASES:
-        case = load_case(path)
-        scenario = {k: v for k, v in case.scenario.items() if k != "calibration"}
-        out.append((resolve(parse_scenario(scenario, str(path)), str(path)), case.measured.value))
-    return out
-
-
-def objective(values: tuple[float, ...], cases: list[tuple[object, float]]) -> float:
+def objective(values: tuple[float, ...], cases: list[tuple[ResolvedScenario, float]]) -> float:
     """Sum over the cases of log(predicted speedup / measured speedup)^2 with the two terms at `values`."""
-    total = 0.0
-    for rs, measured in cases:
-        coefficients = rs.coefficients | {n: Coefficient(v, "fit") for n, v in zip(NAMES, values, strict=True)}
-        speedup = predict(dataclasses.replace(rs, coefficients=coefficients))["throughput_speedup"]
-        total += math.log(speedup / measured) ** 2
-    return total
+    return log_misfit(cases, NAMES, values, "throughput_speedup")
 
 
-def fit(cases: list[tuple[object, float]]) -> tuple[float, float]:
+def fit(cases: list[tuple[ResolvedScenario, float]]) -> tuple[float, float]:
     """Nelder-Mead from (0.5, 1.0) ms, both terms kept within [0, MAX_MS], rounded to 0.01 ms."""
     def bounded(x) -> float:
         return objective(tuple(x), cases) if all(0.0 <= v <= MAX_MS for v in x) else math.inf
@@ -71,7 +53,7 @@ def fit(cases: list[tuple[object, float]]) -> tuple[float, float]:
     return tuple(round(max(0.0, float(v)), 2) for v in res.x)  # type: ignore[return-value]
 
 
-def profile_for(values: tuple[float, float], cases: list[tuple[object, float]]) -> dict:
+def profile_for(values: tuple[float, float], cases: list[tuple[ResolvedScenario, float]]) -> dict:
     errs = ", ".join(f"{p.stem.split('eagle3-')[1].split('-mtbench')[0]}: "
                      f"{(1 - math.exp(-math.sqrt(objective(values, [c])))) * 100:.1f}%"  # |log r| -> the lower |error|
                      for p, c in zip(CASES, cases, strict=True))
@@ -104,7 +86,7 @@ def main() -> int:
     ap.add_argument("--check", action="store_true",
                     help="verify that the checked-in profile's values beat their grid neighbours (cheap)")
     args = ap.parse_args()
-    cases = _cases()
+    cases = published_cases(CASES, without_profile=True)
     if args.check:
         return check_minimum(lambda x: objective(x, cases), NAMES, checked_in(), (GRID_MS, GRID_MS), PROFILE,
                              "rerun calibration/fit_specbundle_host.py")

@@ -426,6 +426,35 @@ def _draft_step_ms(meas: Measurements, rs: ResolvedScenario) -> float | None:
 # ------------------------------------------------------------------ for the fit scripts under calibration/
 
 
+def published_cases(paths: Sequence[Path], *, without_profile: bool) -> list[tuple[ResolvedScenario, float]]:
+    """The validation cases a fit script fits to, each resolved with its measured value. without_profile: resolve
+    each without its scenario's calibration profile, when that is the profile the script writes (a fit must not
+    start from its own output)."""
+    from simspec.validation import load_case
+
+    out = []
+    for path in paths:
+        case = load_case(path)
+        scenario = {k: v for k, v in case.scenario.items() if not (without_profile and k == "calibration")}
+        out.append((resolve(parse_scenario(scenario, str(path)), str(path)), case.measured.value))
+    return out
+
+
+def predicted_with(rs: ResolvedScenario, names: Sequence[str], values: Sequence[float], metric: str) -> float:
+    """`simspec predict`'s `metric` for the scenario with the named coefficients set to `values`."""
+    from simspec.predict import predict
+
+    coefficients = rs.coefficients | {n: ResolvedCoefficient(v, "fit") for n, v in zip(names, values, strict=True)}
+    return predict(dataclasses.replace(rs, coefficients=coefficients))[metric]
+
+
+def log_misfit(cases: Sequence[tuple[ResolvedScenario, float]], names: Sequence[str], values: Sequence[float],
+               metric: str) -> float:
+    """Sum over the cases of log(predicted / measured)^2: the fit scripts' objective, symmetric in over- and
+    under-prediction."""
+    return sum(math.log(predicted_with(rs, names, values, metric) / measured) ** 2 for rs, measured in cases)
+
+
 def write_fitted_profile(path: Path, profile: dict[str, Any], script: str) -> None:
     """Write a profile a calibration script fitted, headed so that nobody edits it by hand."""
     header = f"# Written by {script}: do not edit by hand; rerun the script.\n"
