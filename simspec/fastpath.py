@@ -7,8 +7,9 @@ It asks the same time model (IterationModel) as the engine and replaces only the
     drafts tokens (X from the acceptance distribution, the last step cut at the output length): E[N] is the
     renewal count, computed exactly by a recursion for outputs up to RENEWAL_EXACT tokens and extended
     linearly (slope 1 / E[X]) beyond;
-  - a decode step costs IterationModel.decode(C, C x mean context), the mean context of a request over its life
-    being prompt + 1 + (output - 1) / 2 (cost is linear in context between SGLang's attention regimes);
+  - a decode step costs IterationModel.decode(C, C x mean context, C x tokens per step), the mean context of a
+    request over its life being prompt + 1 + (output - 1) / 2 (cost is linear in context between SGLang's
+    attention regimes);
   - prefills: requests that finish in the same iteration are prefilled together (within the chunked-prefill
     budget). Without speculation they stay in lockstep; with it, random accept lengths scatter finishes a
     little more each generation (renewal variance), which prefill_groups() turns into an expected group size.
@@ -119,7 +120,7 @@ def steady_state(rs: ResolvedScenario) -> dict:
     probs = dist.probabilities if dist is not None else None
     steps = expected_steps(output - 1, probs)
     context = prompt + 1 + (output - 1) / 2
-    dec = model.decode(c, c * context)
+    dec = model.decode(c, c * context, c * (output - 1) / steps if steps else 0.0)
     t_dec = dec.total_ms
     # Prefills. Requests finishing in the same iteration are prefilled together, at most `per_chunk` prompts
     # per prefill iteration (the chunked-prefill budget). A group of m needs J = ceil(m / per_chunk)

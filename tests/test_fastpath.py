@@ -48,6 +48,25 @@ def test_fast_path_agrees_with_the_engine_within_2_percent(scenario, concurrency
         assert fast[key] == pytest.approx(engine[key], rel=0.02), key
 
 
+@pytest.mark.parametrize("scenario", ["baseline", "eagle3"])
+def test_fast_path_charges_host_time_per_output_token_as_the_engine_does(scenario, tmp_path):
+    """With host time per committed token set (the scenarios' M1 profile plus that coefficient), both paths charge
+    it on the tokens each step commits."""
+    import yaml
+
+    profile = yaml.safe_load((SCENARIOS.parent / "calibration" / "profiles" /
+                              "m1-kimi-k25-8x-rtxpro6000-pcie.yaml").read_text())
+    profile.setdefault("coefficients", {})["host_per_output_token_us"] = {"value": 400.0, "source": "test"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile))
+    overrides = ["workload.arrival.concurrency=16", "workload.num_requests=128", "workload.output_tokens.value=384"]
+    plain = predict_fast(load_scenario(SCENARIOS / f"{scenario}.yaml", overrides))
+    rs = load_scenario(SCENARIOS / f"{scenario}.yaml", [*overrides, f"calibration={tmp_path / 'p.yaml'}"])
+    engine, fast = predict(rs), predict_fast(rs)
+    assert fast["iteration_ms"] > plain["iteration_ms"] + 16 * 0.4 * 0.99  # at least one token per request a step
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "iteration_ms", "speedup"):
+        assert fast[key] == pytest.approx(engine[key], rel=0.02), key
+
+
 def test_fast_path_refuses_what_it_does_not_model(tmp_path):
     rs = load_scenario(SCENARIOS / "baseline.yaml", ["workload.arrival={type: poisson, rate_per_s: 1.0}"])
     with pytest.raises(InputError, match="closed-loop"):

@@ -450,6 +450,77 @@ def test_profiled_draft_step_time_replaces_the_modelled_steps(small, tmp_path):
     assert costs[0].draft_compute_ms > 2 * 0.7  # plus the modelled extend
 
 
+def test_host_time_per_output_token_is_charged_per_committed_token_and_never_hidden(small, tmp_path):
+    """host_per_output_token_us x the tokens an iteration commits, on top of the rest of its host time, whether
+    overlap scheduling hides that rest (no speculation) or not (v1 EAGLE-3); 0 by default; and a call that
+    leaves committed_tokens out prices the iteration without it."""
+    import yaml
+
+    spec = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    for speculative in (None, spec):
+        plain = _resolved(copy.deepcopy(small), **(speculative or {}))
+        assert plain.coefficient("host_per_output_token_us") == 0.0
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "coefficients": {
+            "host_per_output_token_us": {"value": 250.0, "source": "test"}}}))
+        d = copy.deepcopy(small)
+        d["calibration"] = "p.yaml"
+        if speculative:
+            d["speculative"], d["acceptance"] = speculative, {"accept_length": 1.5}
+        rs = resolve(parse_scenario(d, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml"))
+        assert rs.overlap == (speculative is None)
+        base, charged = IterationModel(plain).decode(8, 8 * 500, 12), IterationModel(rs).decode(8, 8 * 500, 12)
+        assert charged.cpu_ms - base.cpu_ms == pytest.approx(12 * 0.25)
+        assert IterationModel(rs).decode(8, 8 * 500).total_ms == pytest.approx(base.total_ms)
+
+
+def test_the_engine_charges_host_time_for_every_token_it_commits(small, tmp_path):
+    """Without speculation, a closed loop of one client commits one token per decode iteration: the per-token host
+    time lengthens each request's decode by (output - 1) x the coefficient, the first token being the prefill's."""
+    import yaml
+
+    from simspec.predict import predict
+
+    small["workload"] = {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 3,
+                         "input_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed",
+                                                                                          "value": 101}}
+    plain = predict(_resolved(copy.deepcopy(small)))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "coefficients": {
+        "host_per_output_token_us": {"value": 500.0, "source": "test"}}}))
+    small["calibration"] = "p.yaml"
+    charged = predict(resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml")))
+    assert charged["iteration_ms"] - plain["iteration_ms"] == pytest.approx(0.5, rel=1e-6)
+    assert 1e3 / charged["tokens_per_s"] - 1e3 / plain["tokens_per_s"] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_the_engine_charges_host_time_for_accepted_drafts_and_the_bonus_token(small, tmp_path):
+    """With speculation, per committed token, not per request: a chain of 3 drafts always accepted commits 4 tokens
+    a step, so each step gains 4 x the coefficient, and the last step, cut at the output length, only what it
+    commits (100 decode tokens = 25 steps of 4; 97 = 24 of 4 and one of 1)."""
+    import yaml
+
+    from simspec.predict import predict
+
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"chain_rates": [1.0, 1.0, 1.0]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "coefficients": {
+        "host_per_output_token_us": {"value": 500.0, "source": "test"}}}))
+    extra_ms = {}
+    for output in (101, 98):
+        small["workload"] = {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 2,
+                             "input_tokens": {"dist": "fixed", "value": 64},
+                             "output_tokens": {"dist": "fixed", "value": output}}
+        small.pop("calibration", None)
+        plain = predict(_resolved(copy.deepcopy(small)))
+        small["calibration"] = "p.yaml"
+        charged = predict(resolve(parse_scenario(small, str(tmp_path / "s.yaml")), str(tmp_path / "s.yaml")))
+        assert plain["accept_length"] == charged["accept_length"]
+        steps = -(-(output - 1) // 4)
+        extra_ms[output] = (charged["iteration_ms"] - plain["iteration_ms"]) * steps
+    assert extra_ms[101] == pytest.approx(100 * 0.5, rel=1e-6)  # 25 steps, 4 tokens each
+    assert extra_ms[98] == pytest.approx(97 * 0.5, rel=1e-6)  # the 25th step commits 1
+
+
 def _qwen3_moe(small, model="qwen3-30b-a3b", tp=1, **spec):
     small["model"] = model
     small["hardware"] = {"gpu": "h200-sxm", "num_gpus": tp, "interconnect": "nvlink4-nccl"}

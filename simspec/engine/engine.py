@@ -299,17 +299,18 @@ class ServingEngine:
     def _decode(self):
         env, rec = self.env, self.rec
         bs = len(self.run_ids)
-        cost = self.model.decode(bs, self.context_sum)
-        start = env.now
-        yield env.timeout(cost.total_ms)
-        now = env.now
-        self.roofline_ms += cost.roofline_ms
-        self.decode_iterations += 1
+        # what the iteration commits is drawn first: the host's time per committed token is part of its cost
         if self.sampler is not None:
             tokens = np.minimum(self.sampler.sample(bs) + 1, self.run_remaining)
         else:
             tokens = np.minimum(1, self.run_remaining)
         emitted = int(tokens.sum())
+        cost = self.model.decode(bs, self.context_sum, emitted)
+        start = env.now
+        yield env.timeout(cost.total_ms)
+        now = env.now
+        self.roofline_ms += cost.roofline_ms
+        self.decode_iterations += 1
         self.run_remaining -= tokens
         self.context_sum += emitted
         # streamed-chunk gaps: requests decoded last iteration waited since its end, fresh ones since prefill

@@ -126,6 +126,7 @@ class IterationModel:
         self._spec_tree_cpu_ms = c("spec_tree_cpu_ms") if rs.topk > 1 else 0.0
         self._spec_cpu_per_token_ms = c("spec_cpu_per_verified_token_us") / 1e3
         self._ngram_ms_per_req = c("ngram_cpu_per_request_us") / 1e3
+        self._host_per_output_token_ms = c("host_per_output_token_us") / 1e3
         self._gpu_per_req_ms = c("decode_per_request_us") / 1e3
         self.steps, self.topk, self.n = rs.num_steps, rs.topk, rs.num_draft_tokens
         self._extend_tokens = self.n if rs.spec_v2 else self.steps + 1
@@ -195,9 +196,11 @@ class IterationModel:
         return plan
 
     # ----------------------------------------------------------------------------------------- iterations
-    def decode(self, bs: int, context_sum: float) -> IterationCost:
+    def decode(self, bs: int, context_sum: float, committed_tokens: float = 0.0) -> IterationCost:
         """One decode iteration of `bs` running requests whose contexts sum to context_sum tokens: a plain
-        decode forward, or draft -> verify for a speculative algorithm."""
+        decode forward, or draft -> verify for a speculative algorithm. committed_tokens: the tokens it commits
+        (bs without speculation; accepted drafts plus bonus tokens with it), charged host_per_output_token_us
+        each on the critical path; 0 (the default) leaves that term out."""
         d_compute = d_comm = v_compute = v_comm = roof = 0.0
         for (is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate,
              launch, _) in self.plan(bs):
@@ -219,6 +222,7 @@ class IterationModel:
             extra += self._ngram_ms_per_req * bs if self.draft is None else 0.0
             extra += self._spec_cpu_per_token_ms * bs * self.n
         cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra)
+        cpu += self._host_per_output_token_ms * committed_tokens  # serial: overlap scheduling does not hide it
         return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
 
     def prefill(self, prompt_tokens: list[int], cached: Sequence[float] | None = None) -> IterationCost:
