@@ -268,6 +268,26 @@ def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_
         assert case.fitted == ("llama31-8b" in f.name and "mtbench" in f.name), f.name
 
 
+def test_angelslim_host_profile_is_the_fit_to_its_no_speculation_runs_and_its_eagle_runs_use_it():
+    """calibration/profiles/angelslim163-4xh100-host.yaml is the output of calibration/fit_angelslim_host.py; the
+    five no-speculation runs it was fitted to are marked fitted, the eight EAGLE-3 runs are not, and all thirteen run
+    with the profile. The same reporter's TP-2 cases (another box) do not."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_angelslim_host.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = sorted((VALIDATION / "cases").glob("angelslim163-*.yaml"))
+    assert len(cases) == 13
+    for f in cases:
+        case = load_case(f)
+        assert case.scenario["calibration"].endswith("calibration/profiles/angelslim163-4xh100-host.yaml"), f.name
+        assert case.fitted == ("-baseline-" in f.name), f.name
+    for f in (VALIDATION / "cases").glob("specforge339-*.yaml"):
+        assert "calibration" not in load_case(f).scenario, f.name
+
+
 # ------------------------------------------------------------------------------------------------ kernel tables
 
 def _table(tmp_path: Path, table_id: str, **changes) -> Path:
