@@ -9,8 +9,8 @@ that table, from batch 4 up, takes the same extra time per output token: 0.53-0.
 step) as without (one), at batch 4 as at 64. Time the GPU would spend grows with the tokens a step verifies (16 a
 request with EAGLE-3, 1 without), and host work per iteration or per request would be shared by the 2.55 tokens an
 EAGLE-3 step commits; only a cost per committed token, on the critical path, is the same in both. That is what
-host_per_output_token_us charges (defaults.yaml; 0 on a healthy box, where that work takes a few us and lies
-within the per-request terms). Its cause on this box is not stated (a slow or contended host, the tokenizer or
+host_per_output_token_us charges (defaults.yaml; 0 by default, SGLang's per-token work being taken to lie within
+the per-request terms). Its cause on this box is not stated (a slow or contended host, the tokenizer or
 detokenizer path, the client): the fit measures it, it does not explain it.
 
 The five no-speculation runs (batch 1, 4, 8, 32, 64) fit the one coefficient, minimising the squared log error of
