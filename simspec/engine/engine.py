@@ -75,7 +75,7 @@ class ServingEngine:
         # a prompt prefix every request shares: once a prefill has computed it, the radix cache serves it (a
         # request's prefill computes only the rest and attends to it) and holds it once, whoever runs
         self.shared_prefix = shared_prefix_tokens
-        self.prefix_cached = False
+        self.cached_prefix = 0  # of it, what the cache holds: none until the first prefill, then all of it
         self.decode_iterations = 0
         self.roofline_ms = 0.0  # running sum of every iteration's roofline time
         self.last_decode_end = 0.0
@@ -132,8 +132,8 @@ class ServingEngine:
         # room = free KV - the running requests' estimated remaining output (schedule_policy.PrefillAdder)
         room = (self.kv_capacity - self._kv_held()
                 - self.ratio.value * float(output_estimate(self.run_remaining).sum()))
-        if self.prefix_cached and not len(self.run_ids):
-            room -= self.shared_prefix  # evictable while nobody runs; the first request admitted locks it again
+        if not len(self.run_ids):
+            room -= self.cached_prefix  # evictable while nobody runs; the first request admitted locks it again
         prompt_tokens = 0
         while self.waiting:
             if len(self.run_ids) + len(admitted) >= self.max_running:
@@ -167,19 +167,16 @@ class ServingEngine:
     def _cached_tokens(self, rid: int) -> int:
         """Leading prompt tokens of this request the radix cache holds: its conversation so far (which opens with
         the shared prefix), or the shared prefix once a prefill has computed it."""
-        return max(int(self.carried[rid]), self.shared_prefix if self.prefix_cached else 0)
+        return max(int(self.carried[rid]), self.cached_prefix)
 
     def _held_tokens(self, rid: int) -> int:
         """KV tokens this request's prompt (and what it had generated) will hold once running, the cached shared
         prefix counted with the batch (_kv_held), not with each request."""
-        return self._context_tokens(rid) - (self.shared_prefix if self.prefix_cached else 0)
+        return self._context_tokens(rid) - self.cached_prefix
 
     def _kv_held(self) -> int:
         """KV tokens the running batch holds: what its attention reads, with the cached shared prefix once."""
-        running = len(self.run_ids)
-        if not self.prefix_cached or running < 2:
-            return self.context_sum
-        return self.context_sum - self.shared_prefix * (running - 1)
+        return self.context_sum - self.cached_prefix * max(len(self.run_ids) - 1, 0)
 
     def _loop(self):
         env = self.env
@@ -239,8 +236,7 @@ class ServingEngine:
         self.run_remaining = np.concatenate([self.run_remaining, self.left_at_admission[ids] - 1])
         self.run_joined = np.concatenate([self.run_joined, np.full(len(ids), self.decode_iterations)])
         self.context_sum += sum(prompts) + sum(hits) + len(ids)
-        if self.shared_prefix:
-            self.prefix_cached = True
+        self.cached_prefix = self.shared_prefix
         if self._retire(now):  # requests done at their prefill leave before any decode: the flag clears now
             self.batch_full = self.shrunk = False
 
@@ -263,8 +259,7 @@ class ServingEngine:
             keep -= 1
             rid = int(self.run_ids[order[keep]])
             # its own tokens; the cached shared prefix stays with the requests that remain
-            free += int(self.inputs[rid]) + int(generated[order[keep]]) - (self.shared_prefix if self.prefix_cached
-                                                                            else 0)
+            free += int(self.inputs[rid]) + int(generated[order[keep]]) - self.cached_prefix
             if free >= keep * self.decode_tokens:
                 break
         gone, stay = order[keep:][::-1], np.sort(order[:keep])  # gone: in the order they were popped
