@@ -268,24 +268,29 @@ def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_
         assert case.fitted == ("llama31-8b" in f.name and "mtbench" in f.name), f.name
 
 
-def test_angelslim_host_profile_is_the_fit_to_its_no_speculation_runs_and_its_eagle_runs_use_it():
-    """calibration/profiles/angelslim163-4xh100-host.yaml is the output of calibration/fit_angelslim_host.py; the
-    five no-speculation runs it was fitted to are marked fitted, the eight EAGLE-3 runs are not, and all thirteen run
-    with the profile. The same reporter's TP-2 cases (another box) do not."""
+@pytest.mark.parametrize(("prefix", "profile", "count"), [
+    ("angelslim163-", "angelslim163-4xh100-host.yaml", 13),
+    ("specforge339-", "specforge339-2xh100-host.yaml", 14),
+])
+def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_their_eagle_runs_use_them(
+        prefix, profile, count):
+    """Each profile calibration/fit_host_per_token.py writes is its fit's minimum; the box's no-speculation runs it
+    was fitted to are marked fitted, its EAGLE-3 runs are not, and every run of the box uses that profile (the one
+    reporter's two boxes each their own)."""
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_angelslim_host.py"), "--check"],
-                          capture_output=True, text=True, cwd=ROOT)
+    box = prefix.rstrip("-")
+    script = ROOT / "calibration" / "fit_host_per_token.py"
+    proc = subprocess.run([sys.executable, str(script), "--check", "--box", box], capture_output=True, text=True,
+                          cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    cases = sorted((VALIDATION / "cases").glob("angelslim163-*.yaml"))
-    assert len(cases) == 13
+    cases = sorted((VALIDATION / "cases").glob(f"{prefix}*.yaml"))
+    assert len(cases) == count
     for f in cases:
         case = load_case(f)
-        assert case.scenario["calibration"].endswith("calibration/profiles/angelslim163-4xh100-host.yaml"), f.name
+        assert case.scenario["calibration"].endswith(f"calibration/profiles/{profile}"), f.name
         assert case.fitted == ("-baseline-" in f.name), f.name
-    for f in (VALIDATION / "cases").glob("specforge339-*.yaml"):
-        assert "calibration" not in load_case(f).scenario, f.name
 
 
 # ------------------------------------------------------------------------------------------------ kernel tables
