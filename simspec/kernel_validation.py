@@ -212,6 +212,8 @@ def predict_table(table: KernelTable, file: str = "") -> TableResult:
         return predict_all_reduce(table, file)
     shape = table.shape
     stack = target_stack(_one_moe_layer(shape), tp=1)
+    # no small-tile rate (forward.moe_small_tiles): no table is of a GPU that has one; a table on the H20 would
+    # have to say which config tiles its benchmark ran
     model = ForwardModel(stack, gpus()[table.gpu], None, default_efficiencies())  # type: ignore[arg-type]
     boundaries, small = part_kernels("moe", shape.weights)
     boundaries -= ROUTER_GEMM.boundaries + (0 if table.routing_timed else TOP_K.boundaries)

@@ -183,3 +183,32 @@ def test_early_releases_pick_5_4_8_and_serve_only_their_models(small):
     with pytest.raises(InputError) as err:
         _resolve(small)
     assert err.value.key == "model" and "Qwen3ForCausalLM" in str(err.value)
+
+
+def test_fp8_moe_swap_ab_arrives_on_the_h20_in_0_5_8_and_on_every_hopper_in_0_5_9():
+    """fused_moe_triton_kernels.should_enable_swap_ab: absent before 0.5.8; 0.5.8 checks for "H20" but not "H200"
+    in the device name; 0.5.9 enables it on any SM90 part."""
+    from simspec.scenario.releases import fp8_moe_swaps_ab
+
+    h20, h200 = presets.gpus()["h20"].display_name, presets.gpus()["h200-sxm"].display_name
+    assert not fp8_moe_swaps_ab((4, 6), h20) and not fp8_moe_swaps_ab((4, 4), h20)
+    assert fp8_moe_swaps_ab((5, 8), h20) and not fp8_moe_swaps_ab((5, 8), h200)
+    assert fp8_moe_swaps_ab((5, 9), h200) and fp8_moe_swaps_ab((5, 10), h20)
+
+
+def test_h20_fp8_small_tile_configs_by_shape():
+    """0.4.6.post1's H20 block-FP8 config files, read under nearest-key lookup: E 128 (Qwen3 at TP 1 and TP 4) up to
+    192 tokens, DeepSeek-V3's fused 256 + 8 experts at TP 8 up to 384; no file (Qwen3-235B at TP 8, N 192), no
+    0.4.4 file, and other GPUs: none."""
+    from simspec.scenario.releases import fp8_moe_small_tile_tokens, fused_moe_experts
+
+    h20, h200 = presets.gpus()["h20"].display_name, presets.gpus()["h200-sxm"].display_name
+    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 768) == 192
+    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 384) == 192
+    deepseek = fused_moe_experts((4, 6), "DeepseekV3ForCausalLM", 256, 8)
+    assert deepseek == 264 and fp8_moe_small_tile_tokens((4, 6), h20, deepseek, 256) == 384
+    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 192) == 0
+    assert fp8_moe_small_tile_tokens((4, 4), h20, 128, 768) == 0
+    assert fp8_moe_small_tile_tokens((4, 6), h200, 128, 768) == 0
+    assert fused_moe_experts((5, 8), "DeepseekV3ForCausalLM", 256, 8) == 256
+    assert fused_moe_experts((4, 6), "Qwen3MoeForCausalLM", 128, 4) == 128

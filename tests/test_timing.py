@@ -596,3 +596,66 @@ def test_a_dense_model_cannot_carry_a_routing_locality():
     data = presets.models()["llama-3.1-8b"].model_dump() | {"moe_routing_locality": {"value": 0.3, "source": "x"}}
     with pytest.raises(ValidationError, match="needs MoE layers"):
         presets.ModelPreset.model_validate(data)
+
+
+def test_fp8_expert_tiles_on_the_h20_run_at_the_small_tile_rate_until_the_release_swaps_them():
+    """0.4.6.post1's tuned H20 config for Qwen3-30B-A3B-FP8's experts (E 128, N 768) runs calls up to 192 tokens in
+    16-row tiles; without swap-AB the H20 runs those FP8 tiles at its measured small-tile rate (gpus.yaml
+    moe_small_tile_tflops, an achieved rate: no compute efficiency on top), which makes them compute-bound. 0.5.8
+    swaps them onto wgmma; BF16 experts, GPUs without a measured rate, 0.4.4 (no H20 FP8 configs) and calls past
+    the config's 16-row range keep the dense peak."""
+    from simspec.timing.forward import moe_small_tiles
+
+    h20, h200 = presets.gpus()["h20"], presets.gpus()["h200-sxm"]
+    m8, m16 = presets.models()["qwen3-30b-a3b-fp8"], presets.models()["qwen3-30b-a3b"]
+    fp8, bf16 = target_stack(m8, tp=1), target_stack(m16, tp=1)
+    rate = h20.moe_small_tile_tflops
+    assert rate is not None
+    tiles = moe_small_tiles(h20, m8, fp8, (4, 6))
+    assert tiles is not None and (tiles.tflops, tiles.max_tokens) == (rate, 192)
+    assert moe_small_tiles(h20, m8, fp8, (5, 8)) is None  # 0.5.8 swaps on the H20
+    assert moe_small_tiles(h20, m8, fp8, (4, 4)) is None  # no H20 FP8 config: 64-row default tiles
+    assert moe_small_tiles(h20, m16, bf16, (4, 6)) is None
+    assert moe_small_tiles(h200, m8, fp8, (4, 6)) is None  # no measured rate: the dense peak
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    eff = dataclasses.replace(IDEAL, compute=0.5, memory_bandwidth=0.8)
+
+    def moe_s(stack, small_tiles, tokens):
+        fm = ForwardModel(stack, h20, Collectives(curve, 1, "nvlink"), eff, small_tiles)
+        shape = ForwardShape(num_seqs=tokens, tokens=tokens, real_seqs=tokens, real_tokens=tokens,
+                             logit_tokens=tokens, graph=True)
+        return fm._moe(shape)[0], fm.moe_kernels(shape)
+
+    # 64 tokens touch nearly every expert: the GEMMs' FLOPs at the small-tile rate outlast their bytes
+    bw = 4.0e12 * 0.8
+
+    def by_hand(kernels):
+        return sum(max(b / bw, f / (rate * 1e12)) if f else b / bw for _, b, f in kernels)
+
+    small, kernels = moe_s(fp8, tiles, 64)
+    assert small == pytest.approx(by_hand(kernels))
+    assert sum(f for _, _, f in kernels) / (rate * 1e12) > sum(b for _, b, f in kernels if f) / bw
+    assert small > 1.3 * moe_s(fp8, None, 64)[0]
+    # the config's 16-row range ends at 192 tokens: past it, 64-row tiles on wgmma at the dense peak
+    small, kernels = moe_s(fp8, tiles, 192)
+    assert small == pytest.approx(by_hand(kernels)) and small > 1.3 * moe_s(fp8, None, 192)[0]
+    assert moe_s(fp8, tiles, 193)[0] == pytest.approx(moe_s(fp8, None, 193)[0])
+
+
+def test_iteration_model_applies_the_small_tile_rate_by_release_to_target_and_mtp_draft(small):
+    """The release decides, for the target and for an MoE draft alike: DeepSeek-V3 with MTP on eight H20s under
+    0.4.6.post1 (its shared experts fused, so the kernel sees 256 + 8 experts of 256 columns: a tuned 16-row config
+    up to 384 tokens) charges both at the small-tile rate; 0.5.8 (swap-AB on the H20) charges neither."""
+    small.update(model="deepseek-v3", hardware={"gpu": "h20", "num_gpus": 8, "interconnect": "nvlink4-nccl"})
+    small["speculative"] = {"algorithm": "mtp", "num_steps": 1, "topk": 1, "num_draft_tokens": 2}
+    small["acceptance"] = {"accept_length": 1.8}
+    steps = {}
+    for version in ("0.4.6.post1", "0.5.8"):
+        small["server"] = {"tp": 8, "sglang_version": version, "mem_fraction_static": 0.93}
+        im = IterationModel(resolve(parse_scenario(copy.deepcopy(small), "t.yaml"), "t.yaml"))
+        for fm in (im.target, im.draft):
+            assert (fm._small_tiles is not None) == (version == "0.4.6.post1")
+        if version == "0.4.6.post1":
+            assert im.target._small_tiles.max_tokens == 384 and im.draft._small_tiles.max_tokens == 384
+        steps[version] = im.decode(32, 32 * 1000).total_ms
+    assert steps["0.4.6.post1"] > steps["0.5.8"]

@@ -31,6 +31,9 @@ class GpuPreset(_Preset):
     fp4_tflops: float | None = Field(default=None, gt=0)
     links: Literal["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"]
     mma_rows: int = Field(ge=1, le=256, description="rows of the smallest tensor-core MMA its GEMMs issue")
+    moe_small_tile_tflops: float | None = Field(
+        default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
+        " run without swap-AB (warp-level MMA); None where not measured: such tiles then run at the dense peak")
     tdp_w: float = Field(gt=0)
     price_per_hour_usd: float = Field(gt=0)
 

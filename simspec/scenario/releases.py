@@ -18,6 +18,12 @@ What differs, by release:
   model in both (0.4.4's argument defaults; 0.4.6's auto_choose_speculative_params), where 0.5.x picks by
   architecture (loader.py).
 - model architectures: Qwen3 arrived in 0.4.6 and Kimi-K2.5's wrapper after both (models/ of each wheel).
+- whether the Triton fused MoE swaps its operands for FP8 tiles under 64 rows on Hopper, so that they run on
+  wgmma: not before 0.5.8; 0.5.8 on the H20 only; from 0.5.9 on every SM90 part (fused_moe_triton_kernels.py
+  should_enable_swap_ab, after SGLang PRs #15712 and #16723).
+- which FP8 expert shapes have a tuned H20 fused-MoE config with 16-row tiles, and up to how many tokens
+  (_H20_FP8_MOE_SMALL_TILE_TOKENS below); and DeepSeek-V3's shared experts fused into the routed ones on SM90 in
+  0.4.6 (deepseek_v2.py determine_n_share_experts_fusion: tp copies, so the kernel sees 256 + tp experts).
 """
 
 from __future__ import annotations
@@ -69,6 +75,48 @@ def speculative_algorithms(version: tuple[int, int]) -> tuple[str, ...] | None:
 def spec_default_max_running(version: tuple[int, int]) -> int:
     """max_running_requests an EAGLE-family (or any speculative, 0.5.x) server sets when the user sets none."""
     return 32 if version == (4, 4) else 48
+
+
+def _is_h20(gpu_display_name: str) -> bool:
+    """SGLang's own test of the device name (fused_moe_triton_kernels.py, 0.5.8), applied to simspec's preset name."""
+    return "H20" in gpu_display_name and "H200" not in gpu_display_name
+
+
+def fp8_moe_swaps_ab(version: tuple[int, int], gpu_display_name: str) -> bool:
+    """Whether this release's Triton fused MoE swaps A and B for FP8 tiles under 64 rows (then they run on wgmma).
+    0.5.8 enables it where the device name holds "H20" but not "H200"; 0.5.9 on any SM90 part (and simspec asks
+    only for GPUs whose small-tile rate was measured, Hopper ones)."""
+    if version < (5, 8):
+        return False
+    if version == (5, 8):
+        return _is_h20(gpu_display_name)
+    return True
+
+
+# The H20's tuned fused-MoE configs for block-FP8 experts in the 0.4.6.post1 wheel (fused_moe_triton/configs/
+# E=...,N=...,device_name=NVIDIA_H20,dtype=fp8_w8a8,block_shape=[128, 128].json), by (E, N) as the kernel sees
+# them: the most tokens a call may have and still get a BLOCK_SIZE_M 16 config under try_get_optimal_moe_config's
+# nearest-key lookup (keys in file order, the first on a tie). A shape without a file runs get_default_config,
+# whose block-FP8 tiles are 64 rows at every size; 0.4.4 ships no H20 FP8 file.
+_H20_FP8_MOE_SMALL_TILE_TOKENS = {
+    (4, 6): {(128, 768): 192, (128, 384): 192, (256, 128): 384, (264, 256): 384, (272, 128): 768},
+}
+
+
+def fused_moe_experts(version: tuple[int, int], architecture: str, routed_experts: int, tp: int) -> int:
+    """Experts the fused-MoE kernel sees: 0.4.6 fuses DeepSeek-V3/R1's shared expert into the routed ones on SM90
+    (one copy per TP rank, so 256 + tp); otherwise the routed experts."""
+    if version == (4, 6) and architecture == "DeepseekV3ForCausalLM" and routed_experts == 256:
+        return routed_experts + tp
+    return routed_experts
+
+
+def fp8_moe_small_tile_tokens(version: tuple[int, int], gpu_display_name: str, experts: int, n: int) -> int:
+    """The most tokens per fused-MoE call that this release runs in 16-row tiles for FP8 experts of this shape (E
+    experts as the kernel sees them, N intermediate columns per GPU) on this GPU; 0 when it has no such config."""
+    if not _is_h20(gpu_display_name):
+        return 0
+    return _H20_FP8_MOE_SMALL_TILE_TOKENS.get(version, {}).get((experts, n), 0)
 
 
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:

@@ -8,6 +8,11 @@ A GEMM's FLOPs count the rows the tensor cores actually run: the tokens rounded 
 (gpus.yaml mma_rows: 64 on Hopper, whose GEMMs issue wgmma .m64), and for the routed experts at least one block
 of Triton's fused MoE per touched expert (a lower bound: tokens are not split per expert). At small batch this
 is what bounds a compute-starved part such as the H20.
+
+Where a release's tuned config gives FP8 experts 16-row blocks (releases.fp8_moe_small_tile_tokens), narrower
+than Hopper's 64-row wgmma, Triton runs them on warp-level MMA unless the kernel swaps A and B
+(releases.fp8_moe_swaps_ab). Where that path's rate was measured (gpus.yaml moe_small_tile_tflops: the H20), those
+expert GEMMs run at it: on the H20 it makes them compute-bound (74 TFLOPS against 4 TB/s).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simspec.presets import GpuPreset
+from simspec.presets import GpuPreset, ModelPreset
+from simspec.scenario import releases
 from simspec.timing.collectives import Collectives
 from simspec.timing.stack import ACTIVATION_BYTES, Stack
 
@@ -71,6 +77,27 @@ class Efficiencies:
                    layer_overhead_eager_us=coefficient("layer_overhead_eager_us"))
 
 
+@dataclass(frozen=True, slots=True)
+class SmallTiles:
+    """Routed-expert GEMMs of calls up to max_tokens tokens run in 16-row tiles on warp-level MMA, at tflops."""
+
+    tflops: float
+    max_tokens: int
+
+
+def moe_small_tiles(gpu: GpuPreset, model: ModelPreset, stack: Stack, version: tuple[int, int]) -> SmallTiles | None:
+    """When the routed experts' GEMMs do not run at the dense peak: FP8 experts whose release has a 16-row config
+    for their shape on this GPU, does not swap those tiles onto wgmma, and whose GPU's small-tile rate was measured."""
+    if gpu.moe_small_tile_tflops is None or stack.expert_compute != "fp8" or not stack.num_moe_layers:
+        return None
+    if releases.fp8_moe_swaps_ab(version, gpu.display_name):
+        return None
+    experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
+    max_tokens = releases.fp8_moe_small_tile_tokens(version, gpu.display_name, experts,
+                                                    model.moe_intermediate_size // stack.tp)
+    return SmallTiles(gpu.moe_small_tile_tflops, max_tokens) if max_tokens else None
+
+
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:
     """Expected distinct routed experts one MoE layer loads for `tokens` tokens in `seqs` sequences.
 
@@ -89,7 +116,8 @@ def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality:
 class ForwardModel:
     """Forward-pass cost for one stack on one GPU type. The weight part is cached per shape."""
 
-    def __init__(self, stack: Stack, gpu: GpuPreset, collectives: Collectives, eff: Efficiencies):
+    def __init__(self, stack: Stack, gpu: GpuPreset, collectives: Collectives, eff: Efficiencies,
+                 moe_small_tiles: SmallTiles | None = None):
         self.stack = stack
         self.eff = eff
         self.collectives = collectives
@@ -103,6 +131,8 @@ class ForwardModel:
         # whatever the projections' weights are: FA3, FlashInfer and FlashMLA take BF16 Q/K/V unless
         # --kv-cache-dtype selects FP8. Charging it at the FP8 peak for FP8-weight models halved long prefills.
         self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak["bf16"] * eff.compute)
+        # fused-MoE tiles of 16 rows on warp-level MMA: a measured, achieved rate, so no compute efficiency on top
+        self._small_tiles = moe_small_tiles
 
     def _time(self, nbytes: float, flops: float, compute: str) -> float:
         return max(nbytes / (self._bw * self.eff.memory_bandwidth), flops / (self._peak[compute] * self.eff.compute))
@@ -173,9 +203,17 @@ class ForwardModel:
         ]
 
     def _moe(self, shape: ForwardShape) -> tuple[float, float]:
-        """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline."""
+        """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline, the GEMMs
+        at the small-tile rate where that applies (module docstring)."""
         kernels = self.moe_kernels(shape)
-        compute = sum(self._time(b, f, self.stack.expert_compute) for _, b, f in kernels)
+        tiles = self._small_tiles
+        small = tiles is not None and shape.tokens <= tiles.max_tokens
+        compute = 0.0
+        for _, b, f in kernels:
+            if small and f:
+                compute += max(b / (self._bw * self.eff.memory_bandwidth), f / (tiles.tflops * 1e12))
+            else:
+                compute += self._time(b, f, self.stack.expert_compute)
         return compute, sum(b for _, b, _ in kernels) / self._bw
 
     def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
