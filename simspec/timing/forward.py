@@ -135,7 +135,11 @@ class ForwardModel:
         self._small_tiles = moe_small_tiles
 
     def _time(self, nbytes: float, flops: float, compute: str) -> float:
-        return max(nbytes / (self._bw * self.eff.memory_bandwidth), flops / (self._peak[compute] * self.eff.compute))
+        return self._roofline(nbytes, flops, self._peak[compute] * self.eff.compute)
+
+    def _roofline(self, nbytes: float, flops: float, flops_per_s: float) -> float:
+        """The larger of the bytes at achievable bandwidth and the FLOPs at `flops_per_s`."""
+        return max(nbytes / (self._bw * self.eff.memory_bandwidth), flops / flops_per_s)
 
     def _weights(self, shape: ForwardShape) -> tuple[float, float, float]:
         """(compute s, comm s, roofline s) of everything but attention over the KV cache."""
@@ -207,13 +211,10 @@ class ForwardModel:
         at the small-tile rate where that applies (module docstring)."""
         kernels = self.moe_kernels(shape)
         tiles = self._small_tiles
-        small = tiles is not None and shape.tokens <= tiles.max_tokens
-        compute = 0.0
-        for _, b, f in kernels:
-            if small and f:
-                compute += max(b / (self._bw * self.eff.memory_bandwidth), f / (tiles.tflops * 1e12))
-            else:
-                compute += self._time(b, f, self.stack.expert_compute)
+        rate = self._peak[self.stack.expert_compute] * self.eff.compute
+        if tiles is not None and shape.tokens <= tiles.max_tokens:
+            rate = tiles.tflops * 1e12  # achieved: no compute efficiency (the kernels without FLOPs are unchanged)
+        compute = sum(self._roofline(b, f, rate) for _, b, f in kernels)
         return compute, sum(b for _, b, _ in kernels) / self._bw
 
     def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
