@@ -538,7 +538,7 @@ def test_a_models_measured_routing_locality_replaces_the_default_and_a_profile_r
     assert rs.coefficient("moe_routing_locality") == measured.value
     assert rs.coefficients["moe_routing_locality"].source.startswith("model qwen3-30b-a3b: ")
     # a model nobody measured keeps the default (uniform routing)
-    other = _qwen3_moe(copy.deepcopy(small), model="qwen3-235b-a22b", tp=4)
+    other = _qwen3_moe(copy.deepcopy(small), model="deepseek-v3", tp=8)
     assert other.coefficient("moe_routing_locality") == presets.default_coefficients()["moe_routing_locality"].value
     assert other.coefficients["moe_routing_locality"].source.startswith("default: ")
     # a profile of the box wins over the model's figure
@@ -563,19 +563,40 @@ def test_measured_locality_makes_a_qwen3_verify_cheaper_and_leaves_its_decode_al
     assert it.target.cost(decode, 1000, 1000).compute_ms == pytest.approx(uniform.cost(decode, 1000, 1000).compute_ms)
 
 
-def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(small):
-    """The target's measured figure says nothing about another model drafting for it."""
+def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(small, monkeypatch):
+    """The target's figure says nothing about another model drafting for it."""
+    models = presets.models()
+    target = models["qwen3-235b-a22b-fp8"]
+    assert target.moe_routing_locality is not None  # the figure its preset carries
+    own = target.moe_routing_locality.model_copy(update={"value": 0.2})
+    monkeypatch.setitem(models, "qwen3-235b-a22b-fp8", target.model_copy(update={"moe_routing_locality": own}))
     rs = _qwen3_moe(small, model="qwen3-235b-a22b-fp8", tp=4, algorithm="standalone", drafter="qwen3-30b-a3b",
                     num_steps=3, topk=1, num_draft_tokens=4)
     it = IterationModel(rs)
-    assert it.target.eff.routing_locality == presets.default_coefficients()["moe_routing_locality"].value
-    assert it.draft.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+    assert it.target.eff.routing_locality == 0.2
+    assert it.draft.eff.routing_locality == models["qwen3-30b-a3b"].moe_routing_locality.value
     # and the other way round: an unmeasured MoE drafter keeps the default, not the measured target's figure
+    monkeypatch.setitem(models, "qwen3-235b-a22b-fp8", target.model_copy(update={"moe_routing_locality": None}))
     rs = _qwen3_moe(copy.deepcopy(small), model="qwen3-30b-a3b", tp=8, algorithm="standalone",
                     drafter="qwen3-235b-a22b-fp8", num_steps=3, topk=1, num_draft_tokens=4)
     it = IterationModel(rs)
-    assert it.target.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
+    assert it.target.eff.routing_locality == models["qwen3-30b-a3b"].moe_routing_locality.value
     assert it.draft.eff.routing_locality == presets.default_coefficients()["moe_routing_locality"].value
+
+
+def test_qwen3_235b_carries_its_siblings_locality_and_says_it_was_not_measured():
+    """Same routing design as Qwen3-30B-A3B (128 experts, top 8, no shared expert, MoE on every layer): the
+    sibling's figure, labelled as such; MoE models with a shared expert keep uniform routing."""
+    models = presets.models()
+    sibling = models["qwen3-30b-a3b"]
+    for name in ("qwen3-235b-a22b", "qwen3-235b-a22b-fp8"):
+        m = models[name]
+        assert (m.num_routed_experts, m.experts_per_token, m.num_shared_experts, m.num_dense_layers) == (
+            sibling.num_routed_experts, sibling.experts_per_token, 0, 0)
+        assert m.moe_routing_locality.value == sibling.moe_routing_locality.value
+        assert m.moe_routing_locality.source.startswith("NOT MEASURED FOR THIS MODEL")
+    for name in ("deepseek-v3", "kimi-k2", "kimi-k2.5"):
+        assert models[name].num_shared_experts > 0 and models[name].moe_routing_locality is None
 
 
 @pytest.mark.parametrize("change, message", [
