@@ -599,6 +599,29 @@ def test_qwen3_235b_carries_its_siblings_locality_and_says_it_was_not_measured()
         assert models[name].num_shared_experts > 0 and models[name].moe_routing_locality is None
 
 
+
+def test_a_carried_locality_keeps_its_label_where_the_user_sees_its_source(small):
+    """The figure a scenario resolves to names its model and says it was not measured for it (--sources)."""
+    rs = _qwen3_moe(small, model="qwen3-235b-a22b-fp8", tp=4)
+    source = rs.coefficients["moe_routing_locality"].source
+    assert source.startswith("model qwen3-235b-a22b-fp8: NOT MEASURED FOR THIS MODEL")
+
+
+def test_an_mtp_draft_routes_with_its_targets_locality(small, monkeypatch):
+    """MTP layers are the target's own experts: the draft stack takes the target's figure, not the default."""
+    models = presets.models()
+    ds = models["deepseek-v3"]
+    figure = presets.RoutingLocality(value=0.3, source="test")
+    monkeypatch.setitem(models, "deepseek-v3", ds.model_copy(update={"moe_routing_locality": figure}))
+    small.update(model="deepseek-v3", hardware={"gpu": "h200-sxm", "num_gpus": 8, "interconnect": "nvlink4-nccl"})
+    small["server"] = {"tp": 8}
+    small["speculative"] = {"algorithm": "mtp", "num_steps": 1, "topk": 1, "num_draft_tokens": 2}
+    small["acceptance"] = {"accept_length": 1.8}
+    im = IterationModel(resolve(parse_scenario(small, "t.yaml"), "t.yaml"))
+    assert im.target.eff.routing_locality == 0.3
+    assert im.draft.eff.routing_locality == 0.3
+
+
 @pytest.mark.parametrize("change, message", [
     ({"moe_routing_locality": {"value": 1.0, "source": "x"}}, "less than 1"),
     ({"moe_routing_locality": {"value": 0.5}}, "source"),

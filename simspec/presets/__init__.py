@@ -124,7 +124,8 @@ class ModelPreset(_Preset):
     mtp_layers: int = Field(ge=0)
     weights: ModelWeights
     published_params_b: float = Field(gt=0)
-    # Measured for this model: replaces defaults.yaml's uniform-routing 0, and a calibration profile replaces it
+    # Measured for this model, or carried from a sibling of the same routing design with its source saying so:
+    # replaces defaults.yaml's uniform-routing 0, and a calibration profile replaces it
     moe_routing_locality: RoutingLocality | None = None
 
     @property

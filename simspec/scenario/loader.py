@@ -250,7 +250,7 @@ def _check_shared_prefix(w: Workload, file: str) -> None:
 def _coefficients(profile: Profile | None, profile_path: str | None, file: str, model_name: str,
                   model: presets.ModelPreset) -> dict[str, Coefficient]:
     """Each coefficient from the most specific place that has it: the scenario's calibration profile (the box),
-    else the model preset (a figure measured for the model), else defaults.yaml."""
+    else the model preset (a figure measured for the model, or carried to it and labelled so), else defaults.yaml."""
     defaults = presets.default_coefficients()
     out = {k: Coefficient(v.value, f"default: {v.source}") for k, v in defaults.items()}
     if model.moe_routing_locality is not None:
