@@ -6,11 +6,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simspec.scenario.schema import LengthDistribution, Workload
+from simspec.scenario.schema import BENCH_SERVING_RANDOM, LengthDistribution, Workload
+
+
+def bench_serving_random_lengths(inp: LengthDistribution, out: LengthDistribution, n: int
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The prompt and output lengths SGLang's bench_serving draws for `--dataset-name random`, draw for draw.
+
+    bench_serving seeds numpy's global generator with --seed (np.random.seed, default 1), then draws all prompt
+    lengths and then all output lengths with np.random.randint(low, len + 1): low = max(int(len x ratio), 1) for
+    prompts; for outputs int(len x ratio) before SGLang 0.5.8 and max(int(len x ratio), 1) from 0.5.8 on
+    (compute_random_lens). Read from the 0.5.6 and 0.5.8 wheels (python/sglang/bench_serving.py,
+    sample_random_requests); the legacy RandomState reproduces np.random.seed's stream. A drawn output of 0
+    tokens (possible before 0.5.8) is clipped to `min` (1), as every sample is."""
+    assert inp.value is not None and out.value is not None
+    state = np.random.RandomState(inp.seed)
+    inputs = state.randint(max(int(inp.value * inp.range_ratio), 1), inp.value + 1, size=n)
+    floor = int(out.value * out.range_ratio)
+    outputs = state.randint(floor if out.zero_floor else max(floor, 1), out.value + 1, size=n)
+    return (np.clip(inputs, inp.min, inp.max).astype(np.int64), np.clip(outputs, out.min, out.max).astype(np.int64))
 
 
 def sample_lengths(d: LengthDistribution, n: int, rng: np.random.Generator) -> np.ndarray:
     # the schema guarantees that each distribution has the parameters it needs
+    if d.dist == BENCH_SERVING_RANDOM:
+        raise ValueError(f"'{BENCH_SERVING_RANDOM}' lengths are drawn for prompts and outputs together"
+                         " (bench_serving_random_lengths)")
     if d.dist == "fixed":
         assert d.value is not None
         raw = np.full(n, float(d.value))
@@ -45,8 +66,11 @@ def whole_conversations(num_requests: int, concurrency: int, turns: int) -> int:
 
 def make_requests(w: Workload, rng: np.random.Generator) -> RequestSpecs:
     n = w.num_requests
-    inputs = sample_lengths(w.input_tokens, n, rng)
-    outputs = sample_lengths(w.output_tokens, n, rng)
+    if w.input_tokens.dist == BENCH_SERVING_RANDOM:  # the schema requires it for both, with one seed
+        inputs, outputs = bench_serving_random_lengths(w.input_tokens, w.output_tokens, n)
+    else:
+        inputs = sample_lengths(w.input_tokens, n, rng)
+        outputs = sample_lengths(w.output_tokens, n, rng)
     arrivals = None
     if w.arrival.type == "poisson":
         arrivals = np.cumsum(rng.exponential(1.0 / w.arrival.rate_per_s, size=n))

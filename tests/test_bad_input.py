@@ -117,6 +117,9 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
                                                                        "concurrency": 2}),
      ("workload.arrival.concurrency", "unknown key", "rate_per_s")),
     ("missing-required-key", _drop("server"), ("server", "required")),
+    ("bench-serving-lengths-on-one-side", _set(("workload", "input_tokens"),
+                                               {"dist": "bench_serving_random", "value": 1000}),
+     ("workload", "bench_serving_random", "give it for both")),
     # wrong types
     ("string-for-int", _set(("server", "tp"), "eight"), ("server.tp", "valid integer", "'eight'")),
     ("string-for-int-nested", _set(("workload", "num_requests"), "lots"),

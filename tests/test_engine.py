@@ -172,14 +172,77 @@ def test_a_long_prompt_after_a_cached_prefix_runs_in_chunks_that_attend_to_it(sm
     ({"dist": "uniform", "low": 5, "high": 90, "min": 8}, 8),
     ({"dist": "lognormal", "mean": 500, "std": 100}, 1),
     ({"dist": "normal", "mean": 500, "std": 100, "min": 300}, 300),
+    ({"dist": "bench_serving_random", "value": 1000}, 1),
+    ({"dist": "bench_serving_random", "value": 1000, "range_ratio": 0.5}, 500),
 ])
 def test_shortest_length_a_distribution_can_draw(dist, shortest):
     from simspec.scenario.schema import LengthDistribution
-    from simspec.workload import sample_lengths
+    from simspec.workload import bench_serving_random_lengths, sample_lengths
 
     d = LengthDistribution.model_validate(dist)
     assert d.shortest == shortest
-    assert sample_lengths(d, 2000, np.random.default_rng(0)).min() >= shortest
+    if d.dist == "bench_serving_random":
+        drawn = bench_serving_random_lengths(d, d, 2000)[0]
+    else:
+        drawn = sample_lengths(d, 2000, np.random.default_rng(0))
+    assert drawn.min() >= shortest
+
+
+# Totals SGLang's bench_serving printed for `--dataset-name random --random-input-len 1000 --random-output-len 1000`
+# at its default seed and range ratio (the SGLang cookbook's Qwen3 page, client 0.5.6, and its Llama 3.1 page, a
+# client with 0.5.8's compute_random_lens; the 8000-token prompts are the Llama page's): a replay must give them.
+@pytest.mark.parametrize("prompt_len, n, zero_floor, totals", [
+    (1000, 10, True, (6101, 4210)),
+    (1000, 80, True, (39668, 40725)),
+    (1000, 10, False, (6101, 4220)),
+    (1000, 500, False, (249831, 252662)),
+    (8000, 320, False, (1273893, 170000)),
+])
+def test_bench_serving_random_lengths_replay_the_clients_draws(prompt_len, n, zero_floor, totals):
+    from simspec.scenario.schema import Workload
+    from simspec.workload import make_requests
+
+    w = Workload.model_validate({
+        "arrival": {"type": "closed", "concurrency": 1}, "num_requests": n,
+        "input_tokens": {"dist": "bench_serving_random", "value": prompt_len},
+        "output_tokens": {"dist": "bench_serving_random", "value": 1000, "zero_floor": zero_floor}})
+    spec = make_requests(w, np.random.default_rng(123))  # the scenario's own generator plays no part
+    assert (int(spec.input_tokens.sum()), int(spec.output_tokens.sum())) == totals
+    assert spec.input_tokens.min() >= 1 and spec.input_tokens.max() <= prompt_len
+    assert spec.output_tokens.min() >= 1 and spec.output_tokens.max() <= 1000
+
+
+def test_a_zero_output_draw_is_clipped_to_one_token():
+    """bench_serving before 0.5.8 can draw a 0-token output (500 prompts at seed 1 draw one); simspec runs it as 1."""
+    from simspec.scenario.schema import LengthDistribution
+    from simspec.workload import bench_serving_random_lengths
+
+    d = LengthDistribution(dist="bench_serving_random", value=1000)
+    raw = np.random.RandomState(1)
+    raw.randint(1, 1001, size=500)
+    drawn = raw.randint(0, 1001, size=500)
+    assert (drawn == 0).sum() == 1
+    _, outputs = bench_serving_random_lengths(d, d.model_copy(update={"zero_floor": True}), 500)
+    assert outputs.sum() == drawn.sum() + 1 and outputs.min() == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"input_tokens": {"dist": "fixed", "value": 10}}, "give it for both"),
+    ({"output_tokens": {"dist": "bench_serving_random", "value": 100, "seed": 2}}, "share seed and range_ratio"),
+    ({"input_tokens": {"dist": "bench_serving_random", "value": 100, "zero_floor": True}}, "output_tokens only"),
+    ({"input_tokens": {"dist": "fixed", "value": 10, "seed": 3},
+      "output_tokens": {"dist": "fixed", "value": 10}}, "belong to dist 'bench_serving_random' only"),
+])
+def test_bench_serving_random_lengths_are_checked(change, message):
+    from pydantic import ValidationError
+
+    from simspec.scenario.schema import Workload
+
+    base = {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 4,
+            "input_tokens": {"dist": "bench_serving_random", "value": 100},
+            "output_tokens": {"dist": "bench_serving_random", "value": 100}}
+    with pytest.raises(ValidationError, match=message):
+        Workload.model_validate(base | change)
 
 
 def test_followup_turns_carry_the_conversation_so_far():

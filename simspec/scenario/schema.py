@@ -147,13 +147,19 @@ class Acceptance(StrictModel):
         return self
 
 
+BENCH_SERVING_RANDOM = "bench_serving_random"
+
+
 class LengthDistribution(StrictModel):
-    """Token-length distribution: fixed, uniform [low, high], normal(mean, std) or lognormal(mean, std).
+    """Token-length distribution: fixed, uniform [low, high], normal(mean, std), lognormal(mean, std), or
+    bench_serving_random: the lengths SGLang's `bench_serving --dataset-name random` draws for
+    `--random-input-len` / `--random-output-len` = value, `--random-range-ratio` and `--seed`, replayed draw for
+    draw (the prompt and the output lengths together; see workload.bench_serving_random_lengths).
 
     Samples are rounded and clipped to [min, max].
     """
 
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "bench_serving_random"] = "fixed"
     value: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
     low: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
     high: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
@@ -161,14 +167,25 @@ class LengthDistribution(StrictModel):
     std: float | None = Field(default=None, ge=0, le=MAX_TOKENS)
     min: StrictInt = Field(default=1, ge=1, le=MAX_TOKENS)
     max: StrictInt = Field(default=MAX_TOKENS, ge=1, le=MAX_TOKENS)
+    # bench_serving_random only
+    range_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="--random-range-ratio (bench_serving's"
+                                                                         " default 0.0)")
+    seed: StrictInt = Field(default=1, ge=0, le=2**32 - 1, description="--seed (bench_serving's default 1)")
+    zero_floor: bool = Field(
+        default=False, description="output lengths of bench_serving before SGLang 0.5.8, which draws them from"
+                                   " int(value x range_ratio) (0 at the default ratio) where 0.5.8's"
+                                   " compute_random_lens draws from at least 1: the draws differ from the first one")
 
     @model_validator(mode="after")
     def _params(self) -> LengthDistribution:
         need = {"fixed": ("value",), "uniform": ("low", "high"), "normal": ("mean", "std"),
-                "lognormal": ("mean", "std")}[self.dist]
+                "lognormal": ("mean", "std"), BENCH_SERVING_RANDOM: ("value",)}[self.dist]
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"dist '{self.dist}' needs {', '.join(need)} (missing {', '.join(missing)})")
+        stray = {"range_ratio", "seed", "zero_floor"} & self.model_fields_set
+        if stray and self.dist != BENCH_SERVING_RANDOM:
+            raise ValueError(f"{', '.join(sorted(stray))} belong to dist '{BENCH_SERVING_RANDOM}' only")
         if self.dist == "uniform" and self.low > self.high:  # type: ignore[operator]
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
         if self.min > self.max:
@@ -182,6 +199,9 @@ class LengthDistribution(StrictModel):
             return min(max(self.value, self.min), self.max)  # type: ignore[type-var]
         if self.dist == "uniform":
             return min(max(self.low, self.min), self.max)  # type: ignore[type-var]
+        if self.dist == BENCH_SERVING_RANDOM:
+            assert self.value is not None
+            return min(max(int(self.value * self.range_ratio), 1, self.min), self.max)
         return self.min
 
 
@@ -208,6 +228,9 @@ class ClosedLoop(StrictModel):
     def _followups_need_turns(self) -> ClosedLoop:
         if self.followup_tokens is not None and self.turns < 2:
             raise ValueError("followup_tokens describes the later turns of a conversation: it needs turns >= 2")
+        if self.followup_tokens is not None and self.followup_tokens.dist == BENCH_SERVING_RANDOM:
+            raise ValueError(f"followup_tokens cannot be '{BENCH_SERVING_RANDOM}': bench_serving's random dataset"
+                             " draws single-turn prompts")
         return self
 
 
@@ -239,6 +262,24 @@ class Workload(StrictModel):
         if self.num_requests % turns:
             raise ValueError(f"num_requests ({self.num_requests}) must be a multiple of arrival.turns ({turns}):"
                              " whole conversations")
+        return self
+
+    @model_validator(mode="after")
+    def _bench_serving_draws_both(self) -> Workload:
+        """bench_serving seeds numpy once and draws every prompt length, then every output length: replaying
+        its draws takes both distributions, with one seed and one range ratio."""
+        i, o = self.input_tokens, self.output_tokens
+        kinds = (i.dist == BENCH_SERVING_RANDOM, o.dist == BENCH_SERVING_RANDOM)
+        if any(kinds) and not all(kinds):
+            raise ValueError(f"'{BENCH_SERVING_RANDOM}' replays bench_serving's prompt and output draws together:"
+                             " give it for both input_tokens and output_tokens")
+        if all(kinds):
+            if (i.seed, i.range_ratio) != (o.seed, o.range_ratio):
+                raise ValueError(f"'{BENCH_SERVING_RANDOM}': input_tokens and output_tokens must share seed and"
+                                 " range_ratio (bench_serving has one of each)")
+            if i.zero_floor:
+                raise ValueError("zero_floor applies to output_tokens only: bench_serving draws every prompt"
+                                 " length from at least 1")
         return self
 
 
