@@ -293,6 +293,24 @@ def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_th
         assert case.fitted == ("-baseline-" in f.name), f.name
 
 
+def test_eager_prefill_profile_is_the_fit_to_its_one_request_runs_and_the_rest_use_it():
+    """calibration/profiles/cookbook-8xb200-deepseek-r1-host.yaml is the output of calibration/fit_eager_prefill.py;
+    the DeepSeek-R1 page's three one-request runs it was fitted to are marked fitted, the six at 16-100 clients are
+    not, and all nine use the profile."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_eager_prefill.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = sorted((VALIDATION / "cases").glob("cookbook-deepseek-r1-*.yaml"))
+    assert len(cases) == 9
+    for f in cases:
+        case = load_case(f)
+        assert case.scenario["calibration"].endswith("calibration/profiles/cookbook-8xb200-deepseek-r1-host.yaml")
+        assert case.fitted == f.stem.endswith("-c1"), f.name
+
+
 # ------------------------------------------------------------------------------------------------ kernel tables
 
 def _table(tmp_path: Path, table_id: str, **changes) -> Path:
