@@ -294,21 +294,23 @@ def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_th
 
 
 def test_eager_prefill_profile_is_the_fit_to_its_one_request_runs_and_the_rest_use_it():
-    """calibration/profiles/cookbook-8xb200-deepseek-r1-host.yaml is the output of calibration/fit_eager_prefill.py;
-    the DeepSeek-R1 page's three one-request runs it was fitted to are marked fitted, the six at 16-100 clients are
-    not, and all nine use the profile."""
+    """The cookbook B200 box's per-model profiles are calibration/fit_eager_prefill.py's output; each page's
+    one-request runs they were fitted to are marked fitted, its runs at 16-100 clients are not, and all use the
+    profile of their model."""
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_eager_prefill.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    cases = sorted((VALIDATION / "cases").glob("cookbook-deepseek-r1-*.yaml"))
-    assert len(cases) == 9
-    for f in cases:
-        case = load_case(f)
-        assert case.scenario["calibration"].endswith("calibration/profiles/cookbook-8xb200-deepseek-r1-host.yaml")
-        assert case.fitted == f.stem.endswith("-c1"), f.name
+    for prefix, profile, count in (("cookbook-deepseek-r1-", "cookbook-8xb200-deepseek-r1-host.yaml", 9),
+                                   ("cookbook-qwen3-235b-", "cookbook-8xb200-qwen3-235b-host.yaml", 3)):
+        cases = sorted((VALIDATION / "cases").glob(f"{prefix}*.yaml"))
+        assert len(cases) == count
+        for f in cases:
+            case = load_case(f)
+            assert case.scenario["calibration"].endswith(f"calibration/profiles/{profile}"), f.name
+            assert case.fitted == f.stem.endswith("-c1"), f.name
 
 
 # ------------------------------------------------------------------------------------------------ kernel tables
