@@ -25,18 +25,20 @@ same way to its one-request run's mean TTFT (99 ms, modelled 23); its runs at 16
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from scipy.optimize import minimize_scalar
 
-from simspec.calibration.fitting import check_minimum, predicted_with, published_cases, write_fitted_profile
-from simspec.predict import predict
-from simspec.scenario.loader import Coefficient as ResolvedCoefficient
+from simspec.calibration.fitting import (
+    check_minimum,
+    fit_scalar,
+    prediction_with,
+    published_cases,
+    write_fitted_profile,
+)
 from simspec.scenario.loader import ResolvedScenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,8 +85,7 @@ def cases(page: Page) -> list[tuple[ResolvedScenario, float]]:
 
 
 def mean_ttft_ms(rs: ResolvedScenario, value: float) -> float:
-    coefficients = rs.coefficients | {NAME: ResolvedCoefficient(value, "fit")}
-    return predict(dataclasses.replace(rs, coefficients=coefficients))["ttft_ms"]["mean"]
+    return prediction_with(rs, (NAME,), (value,))["ttft_ms"]["mean"]
 
 
 def objective(values: tuple[float, ...], page: Page, fitted: list[tuple[ResolvedScenario, float]]) -> float:
@@ -95,15 +96,14 @@ def objective(values: tuple[float, ...], page: Page, fitted: list[tuple[Resolved
 
 def fit(page: Page, fitted: list[tuple[ResolvedScenario, float]]) -> float:
     """Bounded scalar minimisation over [0, MAX_US], rounded to 1 us."""
-    res = minimize_scalar(lambda x: objective((x,), page, fitted), bounds=(0.0, MAX_US), method="bounded",
-                          options={"xatol": 0.5})
-    return float(round(res.x))
+    return fit_scalar(lambda x: objective((x,), page, fitted), MAX_US)
 
 
 def profile_for(page: Page, value: float, fitted: list[tuple[ResolvedScenario, float]]) -> dict:
-    errs = ", ".join(f"{name.split('random-')[1]}: mean TTFT {mean_ttft_ms(rs, value):.0f} ms against {t}, throughput"
-                     f" {(predicted_with(rs, (NAME,), (value,), METRIC) / m - 1) * 100:+.1f}%"
-                     for name, (rs, m), t in zip(page.fitted, fitted, page.ttft_ms, strict=True))
+    after = [prediction_with(rs, (NAME,), (value,)) for rs, _ in fitted]  # one prediction a run serves both figures
+    errs = ", ".join(f"{name.split('random-')[1]}: mean TTFT {p['ttft_ms']['mean']:.0f} ms against {t}, throughput"
+                     f" {(p[METRIC] / m - 1) * 100:+.1f}%"
+                     for name, (_, m), t, p in zip(page.fitted, fitted, page.ttft_ms, after, strict=True))
     return {
         "name": page.profile_name,
         "description": (f"Host time of an eager prefill layer on the box behind the SGLang cookbook's {page.label}"

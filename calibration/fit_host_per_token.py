@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from scipy.optimize import minimize_scalar
 
 from simspec.calibration.fitting import (
     check_minimum,
+    fit_scalar,
     log_misfit,
     predicted_with,
     published_cases,
@@ -97,9 +97,7 @@ def objective(values: tuple[float, ...], cases: list[tuple[ResolvedScenario, flo
 
 def fit(cases: list[tuple[ResolvedScenario, float]]) -> float:
     """Bounded scalar minimisation over [0, MAX_US], rounded to 1 us."""
-    res = minimize_scalar(lambda x: objective((x,), cases), bounds=(0.0, MAX_US), method="bounded",
-                          options={"xatol": 0.5})
-    return float(round(res.x))
+    return fit_scalar(lambda x: objective((x,), cases), MAX_US)
 
 
 def profile_for(box: ReportedBox, value: float, cases: list[tuple[ResolvedScenario, float]]) -> dict:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 from simspec import presets
 from simspec.calibration.measurements import Measurements, RequestRecord, StepTime
@@ -440,12 +440,23 @@ def published_cases(paths: Sequence[Path], *, without_profile: bool) -> list[tup
     return out
 
 
-def predicted_with(rs: ResolvedScenario, names: Sequence[str], values: Sequence[float], metric: str) -> float:
-    """`simspec predict`'s `metric` for the scenario with the named coefficients set to `values`."""
+def prediction_with(rs: ResolvedScenario, names: Sequence[str], values: Sequence[float]) -> dict[str, Any]:
+    """`simspec predict`'s whole result for the scenario with the named coefficients set to `values`."""
     from simspec.predict import predict
 
     coefficients = rs.coefficients | {n: ResolvedCoefficient(v, "fit") for n, v in zip(names, values, strict=True)}
-    return predict(dataclasses.replace(rs, coefficients=coefficients))[metric]
+    return predict(dataclasses.replace(rs, coefficients=coefficients))
+
+
+def predicted_with(rs: ResolvedScenario, names: Sequence[str], values: Sequence[float], metric: str) -> float:
+    """`simspec predict`'s `metric` for the scenario with the named coefficients set to `values`."""
+    return prediction_with(rs, names, values)[metric]
+
+
+def fit_scalar(objective: Callable[[float], float], upper: float) -> float:
+    """A fit script's one-coefficient fit: bounded minimisation of `objective` over [0, upper], rounded to 1."""
+    res = minimize_scalar(objective, bounds=(0.0, upper), method="bounded", options={"xatol": 0.5})
+    return float(round(res.x))
 
 
 def log_misfit(cases: Sequence[tuple[ResolvedScenario, float]], names: Sequence[str], values: Sequence[float],

@@ -448,12 +448,10 @@ def _replay(sc: Scenario, num_draft_tokens: int, path: str) -> Replayed:
 
 def _max_length(d: Any) -> int:
     """The longest length a distribution can sample: samples are clipped to [min, max]."""
-    if d.dist == "fixed":
+    if d.dist in ("fixed", "bench_serving_random"):  # bench_serving: numpy's randint(low, value + 1), value at most
         return max(min(d.value, d.max), d.min)
     if d.dist == "uniform":
         return max(min(d.high, d.max), d.min)
-    if d.dist == "bench_serving_random":  # numpy's randint(low, value + 1): value at most
-        return max(min(d.value, d.max), d.min)
     assert d.mean is not None and d.std is not None
     return min(d.max, int(d.mean + 6 * d.std))  # simulate() checks the lengths actually sampled
 
