@@ -40,6 +40,21 @@ def test_predict_table_explains_the_result():
         assert text in res.output, text
 
 
+def test_predict_table_names_a_gpu_paired_with_another_box_s_interconnect(tmp_path, small):
+    base = CliRunner().invoke(main, ["predict", str(SCENARIOS / "baseline.yaml")])
+    assert base.exit_code == 0, base.output
+    assert "hypothetical" not in base.output
+    what_if = CliRunner().invoke(main, ["predict", str(SCENARIOS / "baseline.yaml"), "--set",
+                                        "hardware.interconnect=nvlink4-nccl", "--set", "calibration=null"])
+    assert what_if.exit_code == 0, what_if.output
+    assert "hypothetical interconnect" in what_if.output
+    assert "rtx-pro-6000-server has PCIe 5 links" in " ".join(what_if.output.split())
+    # one GPU: nothing crosses the interconnect, so no pairing is hypothetical
+    small["hardware"]["interconnect"] = "pcie4-nccl"
+    one = json.loads(CliRunner().invoke(main, ["predict", _write(tmp_path, small), "--json"]).output)
+    assert one["setup"]["hypothetical_interconnect"] is None
+
+
 def test_set_overrides_change_the_prediction_and_are_validated(tmp_path, small):
     path = _write(tmp_path, small)
     one = json.loads(CliRunner().invoke(main, ["predict", path, "--json"]).output)

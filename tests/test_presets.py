@@ -44,6 +44,31 @@ def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     assert a100.peak_tflops("fp8") == a100.bf16_tflops
 
 
+@pytest.mark.parametrize(("gpu", "interconnect", "flagged", "says"), [
+    ("h100-sxm", "nvlink4-nccl", False, None),
+    ("rtx-pro-6000-server", "pcie5-nccl", False, None),
+    ("rtx-pro-6000-server", "pcie4-nccl", False, None),  # a PCIe 5 card in a PCIe 4 slot runs at the slot's rate
+    ("rtx-pro-6000-server", "nvlink4-nccl", True, "has PCIe 5 links, not NVLink 4"),
+    ("a100-80gb-sxm", "nvlink4-nccl", True, "has NVLink 3 links, not NVLink 4"),
+    ("h100-sxm", "pcie5-nccl", True, "as if NVLink were off"),
+    ("l40s", "pcie5-nccl", True, "PCIe 4 link cannot reach"),
+])
+def test_an_interconnect_another_kind_of_box_has_is_named_a_what_if(gpu, interconnect, flagged, says):
+    why = presets.interconnect_mismatch(gpu, presets.gpus()[gpu], interconnect,
+                                        presets.interconnects()[interconnect])
+    assert (why is not None) == flagged
+    if says:
+        assert says in why and gpu in why
+
+
+def test_every_interconnect_names_the_gpu_links_of_its_own_kind():
+    for name, ic in presets.interconnects().items():
+        assert ic.links.startswith(ic.link), name
+    bad = presets.interconnects()["nvlink4-nccl"].model_dump() | {"links": "pcie5"}
+    with pytest.raises(ValueError, match="not a nvlink link"):
+        presets.InterconnectPreset(**bad)
+
+
 def _lrc_reader():
     import importlib.util
 

@@ -78,6 +78,10 @@ def test_rows_are_setups_x_points_x_grid_in_order_with_varied_columns(tmp_path):
     assert [v if isinstance(v, str) else None for v in df["calibration"][:4]] == [profile] * 2 + [None] * 2
     assert df["error"].isna().all()
     assert (df["algorithm"] == ["none"] * 4 + ["eagle3"] * 4 + ["ngram"] * 4).all()
+    # RTX PRO 6000 cards have no NVLink: the NVLink points say they are a what-if, the PCIe ones do not
+    flagged = df["hypothetical_interconnect"].notna().tolist()
+    assert flagged == ([False] * 2 + [True] * 2) * 3
+    assert "NVLink 4" in df["hypothetical_interconnect"][2]
     assert (df["concurrency"] == df["workload.arrival.concurrency"]).all()
     assert df[FIGURES].notna().all().all()
     base = df[df.setup == "baseline"]

@@ -72,3 +72,6 @@ def render(result: dict, console: Console) -> None:
     comm = (b["draft_comm"] + b["verify_comm"]) / total
     console.print(f"communication is {comm:.0%} of each iteration; "
                   f"roofline bound {result['roofline_tokens_per_s']:.0f} tok/s")
+    hypothetical = setup.get("hypothetical_interconnect")
+    if hypothetical:
+        console.print(f"[yellow]hypothetical interconnect:[/] {escape(hypothetical)}", highlight=False)

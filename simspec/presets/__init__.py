@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 WeightFormat = Literal["bf16", "fp8", "fp8-block128", "int4-g32"]
+GpuLinks = Literal["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"]
 
 
 class _Preset(BaseModel):
@@ -29,7 +30,7 @@ class GpuPreset(_Preset):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(default=None, gt=0)
     fp4_tflops: float | None = Field(default=None, gt=0)
-    links: Literal["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"]
+    links: GpuLinks
     mma_rows: int = Field(ge=1, le=256, description="rows of the smallest tensor-core MMA its GEMMs issue")
     moe_small_tile_tflops: float | None = Field(
         default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
@@ -56,6 +57,7 @@ def check_curve_points(points: list[tuple[float, float]]) -> None:
 
 class InterconnectPreset(_Preset):
     link: Literal["pcie", "nvlink"]
+    links: GpuLinks = Field(description="the GPU links (GpuPreset.links) the curve was measured or derived on")
     implementation: Literal["nccl", "custom"]
     measured_gpus: int = Field(ge=2)
     points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
@@ -66,7 +68,35 @@ class InterconnectPreset(_Preset):
     @model_validator(mode="after")
     def _check_points(self) -> InterconnectPreset:
         check_curve_points(self.points_bytes_us)
+        if not self.links.startswith(self.link):
+            raise ValueError(f"links {self.links!r} is not a {self.link} link")
         return self
+
+
+def _link_text(links: str) -> str:
+    kind, gen = links.rstrip("0123456789"), links.lstrip("abcdefghijklmnopqrstuvwxyz")
+    return f"{'NVLink' if kind == 'nvlink' else 'PCIe'} {gen}"
+
+
+def interconnect_mismatch(gpu_name: str, gpu: GpuPreset, ic_name: str, ic: InterconnectPreset) -> str | None:
+    """Why a box of these GPUs cannot talk over this interconnect as it stands, or None where it can.
+
+    A what-if may pair them on purpose (the GPU kept, the interconnect changed, to isolate what the interconnect
+    costs); the prediction then says the pairing is hypothetical rather than refuse it. A card in an older PCIe
+    slot is real (it runs at the slot's rate), so a PCIe curve of an older generation than the card's is not
+    flagged."""
+    if ic.links == gpu.links:
+        return None
+    gpu_kind, ic_kind = gpu.links.rstrip("0123456789"), ic.links.rstrip("0123456789")
+    if gpu_kind == ic_kind == "pcie" and gpu.links > ic.links:
+        return None
+    have, curve = _link_text(gpu.links), _link_text(ic.links)
+    if ic_kind == "nvlink":
+        return (f"{gpu_name} has {have} links, not {curve} ({ic_name}): its compute and memory with that"
+                " all-reduce, a box that does not exist")
+    if gpu_kind == "nvlink":
+        return f"{gpu_name} talks over {have}; {ic_name} is a {curve} curve: as if NVLink were off"
+    return f"{gpu_name}'s {have} link cannot reach {ic_name}'s {curve} rates"
 
 
 class MlaAttention(BaseModel):
