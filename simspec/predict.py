@@ -18,10 +18,9 @@ def describe(rs: ResolvedScenario) -> dict:
         "interconnect": sc.hardware.interconnect, "tp": sc.server.tp, "algorithm": rs.algorithm,
         "overlap_schedule": rs.overlap, "max_running_requests": rs.max_running_requests,
         "kv_capacity_tokens": rs.kv_capacity_tokens, "seed": sc.seed,
-        # a GPU paired with another box's interconnect (a what-if that isolates the interconnect) says so; at
-        # TP 1 nothing crosses it
+        # a GPU paired with another box's interconnect (a what-if that isolates the interconnect) says so
         "hypothetical_interconnect": interconnect_mismatch(sc.hardware.gpu, rs.gpu, sc.hardware.interconnect,
-                                                           rs.interconnect) if sc.server.tp > 1 else None,
+                                                           rs.interconnect, sc.server.tp),
     }
     if rs.speculative:
         out |= {"num_draft_tokens": rs.num_draft_tokens}

@@ -112,9 +112,9 @@ def test_collective_table_becomes_the_profile_curve(tmp_path):
     (["--from-log", "missing.log"], "missing.log"),
     (["--host", "127.0.0.1:9", "--profile-steps", "5"], "--trace-dir"),
     (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--gpu", "h1000"], "--gpu"),
-    # a profile is of a real box: an SXM GPU's NCCL over PCIe is a what-if, not a box to calibrate
-    (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--interconnect", "pcie5-nccl"],
-     "allowed with --gpu h100-sxm: nvlink4-nccl"),
+    # a profile is of a real box: a B200 with NVLink 4's curve is a what-if, not a box to calibrate
+    (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--gpu", "b200"],
+     "allowed with --gpu b200 at TP 8: nvlink5-nccl"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, needle):
     base = ["--gpu", "h100-sxm", "--interconnect", "nvlink4-nccl", "--out", str(tmp_path / "x.yaml")]

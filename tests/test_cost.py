@@ -141,6 +141,17 @@ def test_table_names_sources_and_verdict(fast_eagle3):
         assert text in res.stdout, text
 
 
+def test_a_box_that_does_not_exist_is_priced_and_named_so():
+    args = ["cost", str(SCENARIOS / "eagle3.yaml"), *[x for kv in SHORT for x in ("--set", kv)]]
+    what_if = ["--set", "hardware.interconnect=nvlink4-nccl", "--set", "calibration=null"]
+    real = json.loads(_runner().invoke(main, [*args, "--json"]).stdout)
+    assert real["hypothetical_interconnect"] is None
+    hypo = json.loads(_runner().invoke(main, [*args, *what_if, "--json"]).stdout)
+    assert "rtx-pro-6000-server has PCIe 5 links" in hypo["hypothetical_interconnect"]
+    table = _runner().invoke(main, [*args, *what_if])
+    assert table.exit_code == 0 and "hypothetical interconnect" in table.stdout
+
+
 @pytest.mark.parametrize("args", [
     ["--price", "-1"], ["--price", "abc"], ["--price", "0"], ["--train-gpus", "0"], ["--train-gpus", "1.5"],
     ["--train-tokens", "-5"], ["--train-throughput", "0"], ["--gen-concurrency", "0"],

@@ -44,26 +44,48 @@ def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     assert a100.peak_tflops("fp8") == a100.bf16_tflops
 
 
-@pytest.mark.parametrize(("gpu", "interconnect", "flagged", "says"), [
-    ("h100-sxm", "nvlink4-nccl", False, None),
-    ("rtx-pro-6000-server", "pcie5-nccl", False, None),
-    ("rtx-pro-6000-server", "pcie4-nccl", False, None),  # a PCIe 5 card in a PCIe 4 slot runs at the slot's rate
-    ("rtx-pro-6000-server", "nvlink4-nccl", True, "has PCIe 5 links, not NVLink 4"),
-    ("a100-80gb-sxm", "nvlink4-nccl", True, "has NVLink 3 links, not NVLink 4"),
-    ("h100-sxm", "pcie5-nccl", True, "as if NVLink were off"),
-    ("l40s", "pcie5-nccl", True, "PCIe 4 link cannot reach"),
+@pytest.mark.parametrize(("gpu", "interconnect", "tp", "says"), [
+    ("h100-sxm", "nvlink4-nccl", 8, None),
+    ("b200", "nvlink5-nccl", 8, None),
+    ("rtx-pro-6000-server", "pcie5-nccl", 8, None),
+    ("rtx-pro-6000-server", "pcie4-nccl", 8, None),  # a PCIe 5 card in a PCIe 4 slot runs at the slot's rate
+    ("a100-40gb-pcie", "nvlink3-nccl", 2, None),      # two cards on their NVLink bridge
+    ("h100-pcie", "nvlink4-nccl", 2, None),
+    ("l40s", "nvlink4-nccl", 1, None),                # one GPU: nothing crosses the interconnect
+    ("a100-40gb-pcie", "nvlink3-nccl", 4, "its NVLink 3 bridge joins two cards"),
+    ("rtx-pro-6000-server", "nvlink4-nccl", 8, "has PCIe 5 links, not NVLink 4"),
+    ("a40", "nvlink3-nccl", 2, "has PCIe 4 links, not NVLink 3"),  # its bridge is far slower than NVLink 3's
+    ("a100-80gb-sxm", "nvlink4-nccl", 8, "has NVLink 3 links, not NVLink 4"),
+    ("h100-sxm", "pcie5-nccl", 8, "as if NVLink were off"),
+    ("l40s", "pcie5-nccl", 2, "PCIe 4 link cannot reach"),
 ])
-def test_an_interconnect_another_kind_of_box_has_is_named_a_what_if(gpu, interconnect, flagged, says):
+def test_an_interconnect_another_kind_of_box_has_is_named_a_what_if(gpu, interconnect, tp, says):
     why = presets.interconnect_mismatch(gpu, presets.gpus()[gpu], interconnect,
-                                        presets.interconnects()[interconnect])
-    assert (why is not None) == flagged
-    if says:
+                                        presets.interconnects()[interconnect], tp)
+    if says is None:
+        assert why is None
+    else:
         assert says in why and gpu in why
 
 
-def test_every_interconnect_names_the_gpu_links_of_its_own_kind():
-    for name, ic in presets.interconnects().items():
-        assert ic.links.startswith(ic.link), name
+def test_every_shipped_scenario_and_case_pairs_its_gpu_with_its_own_interconnect():
+    """Presets' `links` mislabelled (nvlink5-nccl as NVLink 4, say) would call real boxes hypothetical."""
+    import yaml
+
+    from tests.conftest import ROOT
+    files = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "validation" / "cases").glob("*.yaml"))
+    seen = set()
+    for f in files:
+        data = yaml.safe_load(f.read_text())
+        sc = data.get("scenario", data)
+        hw = sc["hardware"]
+        seen.add((hw["gpu"], hw["interconnect"]))
+        assert presets.interconnect_mismatch(hw["gpu"], presets.gpus()[hw["gpu"]], hw["interconnect"],
+                                             presets.interconnects()[hw["interconnect"]], sc["server"]["tp"]) is None, f
+    assert len(seen) >= 9  # every NVLink generation and both PCIe ones are among them
+
+
+def test_an_interconnect_names_gpu_links_of_its_own_kind():
     bad = presets.interconnects()["nvlink4-nccl"].model_dump() | {"links": "pcie5"}
     with pytest.raises(ValueError, match="not a nvlink link"):
         presets.InterconnectPreset(**bad)

@@ -314,6 +314,18 @@ def _fit_once(rs: ResolvedScenario, names: list[str], obs: list[StepTime], conte
     return least_squares(residuals, x0, bounds=(lo, hi), x_scale=scale).x
 
 
+def _check_real_box(box: Box, tp: int) -> None:
+    """A profile describes the box that was measured: a GPU paired with another box's interconnect is refused
+    here (a scenario may still pair them, as a what-if that predict names)."""
+    gpu, links = presets.gpus()[box.gpu], presets.interconnects()
+    why = presets.interconnect_mismatch(box.gpu, gpu, box.interconnect, links[box.interconnect], tp)
+    if why:
+        fits = sorted(n for n, ic in links.items() if presets.interconnect_mismatch(box.gpu, gpu, n, ic, tp) is None)
+        raise InputError(f"{why}. A profile describes the box measured; allowed with --gpu {box.gpu} at TP {tp}:"
+                         f" {', '.join(fits)} (a what-if pairing belongs in a scenario:"
+                         " simspec predict FILE --set hardware.interconnect=...)", key="--interconnect")
+
+
 def fit(meas: Measurements, box: Box, *, name: str, collective_curve: CollectiveCurve | None = None,
         bootstrap: int = 200, seed: int = 0, host: str | None = None) -> Fit:
     """Fit a profile to the measurements and write the scenario that reproduces them."""
@@ -323,6 +335,7 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
     concurrency = max((o.batch_size for o in meas.step_times), default=1)
     scenario = build_scenario(meas, box, name=name, concurrency=concurrency)
     base = resolve(parse_scenario(scenario, "<calibrate>"), "<calibrate>")
+    _check_real_box(box, base.scenario.server.tp)
     if collective_curve is not None:
         base = dataclasses.replace(base, all_reduce=collective_curve)
     notes: list[str] = []

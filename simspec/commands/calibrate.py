@@ -268,13 +268,6 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
                                                                 presets.interconnects())):
         if value not in table:
             raise InputError(f"unknown preset {value!r}; known: {', '.join(sorted(table))}", key=flag)
-    gpus, links = presets.gpus(), presets.interconnects()
-    if presets.interconnect_mismatch(gpu, gpus[gpu], interconnect, links[interconnect]):
-        # a profile describes a real box: a what-if pairing belongs in a scenario, not in a calibration
-        fits = [n for n, ic in links.items() if presets.interconnect_mismatch(gpu, gpus[gpu], n, ic) is None]
-        raise InputError(f"{presets.interconnect_mismatch(gpu, gpus[gpu], interconnect, links[interconnect])};"
-                         f" a profile describes a real box: allowed with --gpu {gpu}: {', '.join(fits)}",
-                         key="--interconnect")
     concurrencies = _int_list(concurrency_text, "--concurrency")
     if host and port and ":" not in host.split("//")[-1]:
         host = f"{host}:{port}"

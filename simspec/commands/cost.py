@@ -175,3 +175,6 @@ def _render(out: dict) -> None:
     if not out["trains_drafter"]:
         console.print(f"{escape(out['algorithm'])}: no drafter to train.", highlight=False)
     console.print(escape(out["verdict"]), highlight=False)
+    if out.get("hypothetical_interconnect"):  # priced as if the box existed: say it does not
+        console.print(f"[yellow]hypothetical interconnect:[/] {escape(out['hypothetical_interconnect'])}",
+                      highlight=False)

@@ -31,6 +31,9 @@ class GpuPreset(_Preset):
     fp8_tflops: float | None = Field(default=None, gt=0)
     fp4_tflops: float | None = Field(default=None, gt=0)
     links: GpuLinks
+    nvlink_bridge: GpuLinks | None = Field(
+        default=None, description="the NVLink a two-card bridge gives a PCIe card, where one exists: a TP-2 pair"
+        " of such cards talks over it")
     mma_rows: int = Field(ge=1, le=256, description="rows of the smallest tensor-core MMA its GEMMs issue")
     moe_small_tile_tflops: float | None = Field(
         default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
@@ -73,27 +76,34 @@ class InterconnectPreset(_Preset):
         return self
 
 
+def _split_links(links: str) -> tuple[str, int]:
+    kind = links.rstrip("0123456789")
+    return kind, int(links[len(kind):])
+
+
 def _link_text(links: str) -> str:
-    kind, gen = links.rstrip("0123456789"), links.lstrip("abcdefghijklmnopqrstuvwxyz")
+    kind, gen = _split_links(links)
     return f"{'NVLink' if kind == 'nvlink' else 'PCIe'} {gen}"
 
 
-def interconnect_mismatch(gpu_name: str, gpu: GpuPreset, ic_name: str, ic: InterconnectPreset) -> str | None:
-    """Why a box of these GPUs cannot talk over this interconnect as it stands, or None where it can.
+def interconnect_mismatch(gpu_name: str, gpu: GpuPreset, ic_name: str, ic: InterconnectPreset,
+                          tp: int) -> str | None:
+    """Why `tp` of these GPUs cannot talk over this interconnect as it stands, or None where they can.
 
     A what-if may pair them on purpose (the GPU kept, the interconnect changed, to isolate what the interconnect
-    costs); the prediction then says the pairing is hypothetical rather than refuse it. A card in an older PCIe
-    slot is real (it runs at the slot's rate), so a PCIe curve of an older generation than the card's is not
-    flagged."""
-    if ic.links == gpu.links:
+    costs); the prediction then says the pairing is hypothetical rather than refuse it. Real, and not flagged: one
+    GPU (nothing crosses the interconnect), a card in an older PCIe slot (it runs at the slot's rate), and two PCIe
+    cards joined by the NVLink bridge their data sheet names."""
+    if tp <= 1 or ic.links == gpu.links or (tp == 2 and ic.links == gpu.nvlink_bridge):
         return None
-    gpu_kind, ic_kind = gpu.links.rstrip("0123456789"), ic.links.rstrip("0123456789")
-    if gpu_kind == ic_kind == "pcie" and gpu.links > ic.links:
+    (gpu_kind, gpu_gen), (ic_kind, ic_gen) = _split_links(gpu.links), _split_links(ic.links)
+    if gpu_kind == ic_kind == "pcie" and gpu_gen > ic_gen:
         return None
     have, curve = _link_text(gpu.links), _link_text(ic.links)
     if ic_kind == "nvlink":
-        return (f"{gpu_name} has {have} links, not {curve} ({ic_name}): its compute and memory with that"
-                " all-reduce, a box that does not exist")
+        bridge = f" (its {_link_text(gpu.nvlink_bridge)} bridge joins two cards)" if gpu.nvlink_bridge else ""
+        return (f"{gpu_name} has {have} links{bridge}, not {curve} ({ic_name}) at TP {tp}: its compute and"
+                " memory with that all-reduce, a box that does not exist")
     if gpu_kind == "nvlink":
         return f"{gpu_name} talks over {have}; {ic_name} is a {curve} curve: as if NVLink were off"
     return f"{gpu_name}'s {have} link cannot reach {ic_name}'s {curve} rates"
@@ -211,9 +221,9 @@ def interconnects() -> dict[str, InterconnectPreset]:
     out = {k: InterconnectPreset(**v) for k, v in _load("interconnects.yaml").items()}
     for name, ic in out.items():
         fb = out.get(ic.fallback) if ic.fallback else None
-        if ic.fallback and (fb is None or fb.implementation != "nccl" or fb.link != ic.link or fb.fallback):
+        if ic.fallback and (fb is None or fb.implementation != "nccl" or fb.links != ic.links or fb.fallback):
             raise ValueError(f"interconnect {name}: fallback {ic.fallback!r} must be an NCCL preset on the same link"
-                             " without a fallback of its own")
+                             " (links) without a fallback of its own")
     return out
 
 

@@ -170,6 +170,7 @@ def cost_figures(result: dict, resolved: ResolvedScenario, *, price_per_gpu_hour
 
     pays_back, verdict = _payback(fig, saving, investment, tput, algorithm, training)
     return {"scenario": resolved.scenario.name, "algorithm": algorithm, "gpu": gpu_name, "num_gpus": num_gpus,
+            "hypothetical_interconnect": result.get("setup", {}).get("hypothetical_interconnect"),
             "trains_drafter": training, "pays_back": pays_back, "verdict": verdict,
             "figures": {k: asdict(v) for k, v in fig.items()}}
 
