@@ -58,6 +58,9 @@ def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     ("a100-80gb-sxm", "nvlink4-nccl", 8, "has NVLink 3 links, not NVLink 4"),
     ("h100-sxm", "pcie5-nccl", 8, "as if NVLink were off"),
     ("l40s", "pcie5-nccl", 2, "PCIe 4 link cannot reach"),
+    ("rtx-4090", "pcie4-nccl-no-p2p", 8, None),
+    ("rtx-4090", "pcie4-nccl", 8, "no peer-to-peer copies"),
+    ("l40s", "pcie4-nccl-no-p2p", 8, None),            # P2P off on a card that has it: NCCL_P2P_DISABLE, real
 ])
 def test_an_interconnect_another_kind_of_box_has_is_named_a_what_if(gpu, interconnect, tp, says):
     why = presets.interconnect_mismatch(gpu, presets.gpus()[gpu], interconnect,

@@ -34,6 +34,8 @@ class GpuPreset(_Preset):
     nvlink_bridge: GpuLinks | None = Field(
         default=None, description="the NVLink a two-card bridge gives a PCIe card, where one exists: a TP-2 pair"
         " of such cards talks over it")
+    p2p: bool = Field(default=True, description="whether the stock driver lets two cards copy to each other"
+                                               " directly (GeForce cards: no)")
     mma_rows: int = Field(ge=1, le=256, description="rows of the smallest tensor-core MMA its GEMMs issue")
     moe_small_tile_tflops: float | None = Field(
         default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
@@ -61,6 +63,7 @@ def check_curve_points(points: list[tuple[float, float]]) -> None:
 class InterconnectPreset(_Preset):
     link: Literal["pcie", "nvlink"]
     links: GpuLinks = Field(description="the GPU links (GpuPreset.links) the curve was measured or derived on")
+    p2p: bool = Field(default=True, description="whether the curve's GPUs copied to each other directly")
     implementation: Literal["nccl", "custom"]
     measured_gpus: int = Field(ge=2)
     points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
@@ -94,9 +97,14 @@ def interconnect_mismatch(gpu_name: str, gpu: GpuPreset, ic_name: str, ic: Inter
     costs); the prediction then says the pairing is hypothetical rather than refuse it. Real, and not flagged: one
     GPU (nothing crosses the interconnect), a card in an older PCIe slot (it runs at the slot's rate), and two PCIe
     cards joined by the NVLink bridge their data sheet names."""
-    if tp <= 1 or ic.links == gpu.links or (tp == 2 and ic.links == gpu.nvlink_bridge):
+    if tp <= 1:
         return None
     (gpu_kind, gpu_gen), (ic_kind, ic_gen) = _split_links(gpu.links), _split_links(ic.links)
+    if ic_kind == gpu_kind == "pcie" and ic.p2p and not gpu.p2p:
+        return (f"{gpu_name} has no peer-to-peer copies on its stock driver; {ic_name} is a curve with them (a"
+                " patched driver that enables them is not a preset)")
+    if ic.links == gpu.links or (tp == 2 and ic.links == gpu.nvlink_bridge):
+        return None
     if gpu_kind == ic_kind == "pcie" and gpu_gen > ic_gen:
         return None
     have, curve = _link_text(gpu.links), _link_text(ic.links)
