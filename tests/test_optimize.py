@@ -154,6 +154,13 @@ def test_cli_json_and_table(tree):
         assert text in table.stdout, text
 
 
+def test_a_box_that_does_not_exist_is_named_in_the_notes(tree):
+    assert not any("hypothetical" in n for n in study.plan(tree, []).notes)
+    what_if = ["hardware.num_gpus=2", "server.tp=2", "hardware.interconnect=pcie5-nccl"]
+    notes = study.plan(tree, what_if).notes
+    assert any(n.startswith("hypothetical interconnect: h100-sxm talks over NVLink 4") for n in notes), notes
+
+
 @pytest.mark.parametrize("args, says", [
     (["--concurrency", "1,,8"], "--concurrency"), (["--concurrency", "a"], "--concurrency"),
     (["--concurrency", "0"], "--concurrency"), (["--concurrency", "2,2"], "twice"),

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simspec import presets
 from simspec.errors import InputError
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.reading import apply_overrides, read_yaml
@@ -305,6 +306,11 @@ def plan(path: str, overrides: list[str] | None = None, *, concurrencies: list[i
         grid_notes[alg] = {"points": len(cands), "note": note}
 
     notes = []
+    hw = rs_base.scenario.hardware
+    hypothetical = presets.interconnect_mismatch(hw.gpu, rs_base.gpu, hw.interconnect, rs_base.interconnect,
+                                                 rs_base.scenario.server.tp)
+    if hypothetical:  # every point shares the box: say once that it does not exist
+        notes.append(f"hypothetical interconnect: {hypothetical}")
     if concurrencies is not None and any(c > rs_base.scenario.workload.num_requests for c in concurrencies):
         notes.append(f"num_requests raised to the concurrency where it was below it"
                      f" (the scenario has {rs_base.scenario.workload.num_requests})")
