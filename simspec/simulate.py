@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,4 +86,6 @@ def baseline_of(rs: ResolvedScenario) -> ResolvedScenario:
     speculation, not admission."""
     server = rs.scenario.server.model_copy(update={"max_running_requests": rs.max_running_requests})
     sc = rs.scenario.model_copy(update={"speculative": Speculative(), "acceptance": None, "server": server})
-    return resolve(sc, rs.path)
+    # the same box: the coefficients and all-reduce curve the speculative scenario runs with, which a fit or a
+    # what-if may have set on it after resolving (re-resolving alone would read them from its files again)
+    return dataclasses.replace(resolve(sc, rs.path), coefficients=rs.coefficients, all_reduce=rs.all_reduce)

@@ -164,3 +164,18 @@ def test_check_minimum_reports_and_exits_as_a_fit_script_check(capsys, tmp_path)
     assert check_minimum(bowl, ("a", "b"), (1.3, 0.0), (0.1, 0.1), where, "rerun the fit") == 1
     err = capsys.readouterr().err
     assert f"in {where} do not minimise the fit objective: rerun the fit" in err
+
+
+def test_a_speedup_with_fitted_coefficients_compares_against_a_baseline_on_the_same_coefficients(small):
+    """Fit scripts set trial coefficients on a resolved scenario (prediction_with); the no-speculation baseline a
+    speedup divides by must run on them too, not on what re-resolving the scenario's files gives."""
+    from simspec.calibration.fitting import prediction_with
+
+    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1,
+                            "num_draft_tokens": 4}
+    small["acceptance"] = {"accept_length": 2.5}
+    rs = resolve(parse_scenario(small, "<test>"), "<test>")
+    slow, fast = (prediction_with(rs, ("memory_bandwidth_efficiency",), (e,)) for e in (0.5, 0.9))
+    # the baseline streams at the trial efficiency: ~0.9 / 0.5 faster at batch 1, not unchanged
+    assert slow["baseline"]["iteration_ms"] > 1.5 * fast["baseline"]["iteration_ms"]
+    assert slow["baseline_tokens_per_s"] < fast["baseline_tokens_per_s"] / 1.5
