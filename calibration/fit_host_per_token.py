@@ -18,6 +18,13 @@ same signature, smaller: its no-speculation runs exceed the model by a share tha
 batch 1, +17% at 8, +25% at 32-64), as a cost per token does. Its cause on either box is not stated (a slow or
 contended host, the tokenizer or detokenizer path, the client): the fit measures it, it does not explain it.
 
+A third box ran the same harness: oszkarurban/diss's A100 80GB (a Cambridge dissertation's repository, TP 1, batch 1
+only; validation/cases/diss-*). Its two Llama-3.1-8B no-speculation runs (MT-bench, HumanEval) fit its value; its
+sixteen EAGLE-3 runs (Llama-3.1-8B speedups and Qwen3-8B throughputs at four settings) are the test. Tried there
+instead: the box's streaming efficiency (0.733 fits the same two runs). Its test runs come out 8.9% off on average
+against 4.8% with the per-token cost: the (10, 6, 60) runs, which commit ~6 tokens a cycle, stay +12..+28% under a
+slower stream and come within 9% under a cost per committed token.
+
 Each box's no-speculation runs fit its own value, minimising the squared log error of their measured throughput;
 they are marked fitted. Its EAGLE-3 runs use the profile and stay the test of the mechanism: a per-token cost
 carries over to them unchanged, which no per-iteration or per-request cost would.
@@ -60,6 +67,7 @@ class ReportedBox:
     label: str  # how the source names the box
     description: str
     sglang_version: str
+    fitted_kind: str = "baseline"  # the runs fitted: validation/cases/<prefix>-<kind>-*bs<N>.yaml
 
     @property
     def profile(self) -> Path:
@@ -67,8 +75,15 @@ class ReportedBox:
 
     @property
     def cases(self) -> list[Path]:
-        found = (ROOT / "validation" / "cases").glob(f"{self.case_prefix}-baseline-bs*.yaml")
-        return sorted(found, key=lambda p: int(p.stem.rsplit("-bs", 1)[1]))
+        found = (ROOT / "validation" / "cases").glob(f"{self.case_prefix}-{self.fitted_kind}-*bs*.yaml")
+        return sorted(found, key=lambda p: (int(p.stem.rsplit("-bs", 1)[1]), p.stem))
+
+    def run_label(self, path: Path) -> str:
+        """How the fitted run is named in the profile: its batch size, and its dataset where it has one."""
+        core, size = path.stem.rsplit("-bs", 1)
+        middle = core.split(f"-{self.fitted_kind}", 1)[1].lstrip("-")
+        batch = f"batch {size}"
+        return f"{middle}, {batch}" if middle else batch
 
 
 BOXES = {
@@ -87,6 +102,15 @@ BOXES = {
                      " host_per_output_token_us is fitted; every other coefficient keeps its default. What spends it"
                      " on that box is not known."),
         sglang_version="0.5.5 (SpecForge's pin at the time; the cases model 0.5.8)"),
+    "diss-a100": ReportedBox(
+        key="diss-a100", case_prefix="diss-llama31-8b-1xa100", profile_name="diss-1xa100-host",
+        label="oszkarurban/diss's A100", fitted_kind="nospec",
+        description=("Host time per output token of the A100 80GB behind oszkarurban/diss's static EAGLE-3"
+                     " baselines (Cambridge Wilkes3, TP 1, the repository's SGLang fork of April 2026, SpecForge"
+                     " bench_eagle3). Only host_per_output_token_us is fitted, to the two Llama-3.1-8B"
+                     " no-speculation runs; every other coefficient keeps its default. What spends it on that box"
+                     " is not known."),
+        sglang_version="a fork at 8dc32bbb8, April 2026 (the cases model 0.5.10)"),
 }
 
 
@@ -102,13 +126,14 @@ def fit(cases: list[tuple[ResolvedScenario, float]]) -> float:
 
 def profile_for(box: ReportedBox, value: float, cases: list[tuple[ResolvedScenario, float]]) -> dict:
     paths = box.cases
-    errs = ", ".join(f"batch {p.stem.rsplit('-bs', 1)[1]}: "
+    errs = ", ".join(f"{box.run_label(p)}: "
                      f"{(predicted_with(rs, (NAME,), (value,), METRIC) / measured - 1) * 100:+.1f}%"
                      for p, (rs, measured) in zip(paths, cases, strict=True))
+    first, last = paths[0].stem.rsplit('-bs', 1)[1], paths[-1].stem.rsplit('-bs', 1)[1]
     source = (f"fitted by {SCRIPT} to the no-speculation throughput of {box.label} at batch"
-              f" {paths[0].stem.rsplit('-bs', 1)[1]}-{paths[-1].stem.rsplit('-bs', 1)[1]}"
-              f" (validation/cases/{box.case_prefix.split('-')[0]}-*-baseline-*, marked fitted; error after the fit:"
-              f" {errs})")
+              f" {first if first == last else f'{first}-{last}'}"
+              f" (validation/cases/{box.case_prefix.split('-')[0]}-*-{box.fitted_kind}-*, marked fitted; error after"
+              f" the fit: {errs})")
     return {
         "name": box.profile_name,
         "description": box.description,

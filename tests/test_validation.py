@@ -268,19 +268,19 @@ def test_specbundle_host_profile_is_the_fit_to_its_named_cases_and_the_rest_use_
         assert case.fitted == ("llama31-8b" in f.name and "mtbench" in f.name), f.name
 
 
-@pytest.mark.parametrize(("prefix", "profile", "count"), [
-    ("angelslim163-", "angelslim163-4xh100-host.yaml", 13),
-    ("specforge339-", "specforge339-2xh100-host.yaml", 14),
+@pytest.mark.parametrize(("prefix", "box", "profile", "count", "fitted_kind"), [
+    ("angelslim163-", "angelslim163", "angelslim163-4xh100-host.yaml", 13, "-baseline-"),
+    ("specforge339-", "specforge339", "specforge339-2xh100-host.yaml", 14, "-baseline-"),
+    ("diss-", "diss-a100", "diss-1xa100-host.yaml", 18, "-nospec-"),
 ])
 def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_their_eagle_runs_use_them(
-        prefix, profile, count):
+        prefix, box, profile, count, fitted_kind):
     """Each profile calibration/fit_host_per_token.py writes is its fit's minimum; the box's no-speculation runs it
     was fitted to are marked fitted, its EAGLE-3 runs are not, and every run of the box uses that profile (the one
-    reporter's two boxes each their own)."""
+    reporter's two boxes each their own, and the A100 of a dissertation's runs its own)."""
     import subprocess
     import sys
 
-    box = prefix.rstrip("-")
     script = ROOT / "calibration" / "fit_host_per_token.py"
     proc = subprocess.run([sys.executable, str(script), "--check", "--box", box], capture_output=True, text=True,
                           cwd=ROOT)
@@ -290,7 +290,7 @@ def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_th
     for f in cases:
         case = load_case(f)
         assert case.scenario["calibration"].endswith(f"calibration/profiles/{profile}"), f.name
-        assert case.fitted == ("-baseline-" in f.name), f.name
+        assert case.fitted == (fitted_kind in f.name), f.name
 
 
 def test_eager_prefill_profile_is_the_fit_to_its_one_request_runs_and_the_rest_use_it():
