@@ -59,10 +59,10 @@ MAX_US = 3000.0
 
 @dataclass(frozen=True)
 class ReportedBox:
-    """One box of the reporter's: its validation cases, the profile the fit writes, and what is known of it."""
+    """One bench_eagle3 box: its validation cases, the profile the fit writes, and what is known of it."""
 
     key: str
-    case_prefix: str  # validation/cases/<prefix>-baseline-bs<N>.yaml are the runs fitted
+    case_prefix: str  # validation/cases/<prefix>-*.yaml are the box's runs
     profile_name: str
     label: str  # how the source names the box
     description: str
@@ -80,7 +80,7 @@ class ReportedBox:
 
     def run_label(self, path: Path) -> str:
         """How the fitted run is named in the profile: its batch size, and its dataset where it has one."""
-        core, size = path.stem.rsplit("-bs", 1)
+        core, size = path.stem.removeprefix(self.case_prefix).rsplit("-bs", 1)
         middle = core.split(f"-{self.fitted_kind}", 1)[1].lstrip("-")
         batch = f"batch {size}"
         return f"{middle}, {batch}" if middle else batch

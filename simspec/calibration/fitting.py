@@ -506,7 +506,7 @@ def check_minimum(objective: Callable[[tuple[float, ...]], float], names: Sequen
     ok, here, best = beats_neighbours(objective, values, steps)
     shown = ", ".join(f"{n} = {x}" for n, x in zip(names, values, strict=True))
     if ok:
-        print(f"{shown} minimise the fit objective ({here:.5f}; neighbours {best:.5f} and up)")
+        print(f"{shown} minimise the fit objective ({here:.4g}; neighbours {best:.4g} and up)")
         return 0
     print(f"{shown} in {where} do not minimise the fit objective: {remedy}", file=sys.stderr)
     return 1
