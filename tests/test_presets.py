@@ -88,10 +88,13 @@ def test_every_shipped_scenario_and_case_pairs_its_gpu_with_its_own_interconnect
     assert len(seen) >= 9  # every NVLink generation and both PCIe ones are among them
 
 
-def test_an_interconnect_names_gpu_links_of_its_own_kind():
-    bad = presets.interconnects()["nvlink4-nccl"].model_dump() | {"links": "pcie5"}
-    with pytest.raises(ValueError, match="not a nvlink link"):
-        presets.InterconnectPreset(**bad)
+def test_an_interconnect_s_kind_of_link_is_read_off_its_gpu_links_and_cannot_be_given_apart():
+    ics = presets.interconnects()
+    assert ics["nvlink4-nccl"].link == "nvlink" and ics["pcie5-custom-allreduce"].link == "pcie"
+    data = ics["pcie5-nccl"].model_dump(exclude={"link"}) | {"links": "nvlink4"}
+    assert presets.InterconnectPreset(**data).link == "nvlink"
+    with pytest.raises(ValueError, match="link"):  # no second field that could disagree with `links`
+        presets.InterconnectPreset(**data, link="pcie")
 
 
 def _lrc_reader():
