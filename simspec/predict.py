@@ -11,6 +11,13 @@ from simspec.scenario.loader import ResolvedScenario
 from simspec.simulate import SimulationResult, baseline_of, run
 
 
+def hypothetical_interconnect(rs: ResolvedScenario) -> str | None:
+    """Why the scenario's GPUs could not talk over its interconnect as they stand (a what-if that isolates the
+    interconnect), or None for a box that exists."""
+    hw = rs.scenario.hardware
+    return interconnect_mismatch(hw.gpu, rs.gpu, hw.interconnect, rs.interconnect, rs.scenario.server.tp)
+
+
 def describe(rs: ResolvedScenario) -> dict:
     sc = rs.scenario
     out = {
@@ -18,9 +25,7 @@ def describe(rs: ResolvedScenario) -> dict:
         "interconnect": sc.hardware.interconnect, "tp": sc.server.tp, "algorithm": rs.algorithm,
         "overlap_schedule": rs.overlap, "max_running_requests": rs.max_running_requests,
         "kv_capacity_tokens": rs.kv_capacity_tokens, "seed": sc.seed,
-        # a GPU paired with another box's interconnect (a what-if that isolates the interconnect) says so
-        "hypothetical_interconnect": interconnect_mismatch(sc.hardware.gpu, rs.gpu, sc.hardware.interconnect,
-                                                           rs.interconnect, sc.server.tp),
+        "hypothetical_interconnect": hypothetical_interconnect(rs),
     }
     if rs.speculative:
         out |= {"num_draft_tokens": rs.num_draft_tokens}

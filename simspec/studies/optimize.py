@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simspec import presets
 from simspec.errors import InputError
+from simspec.predict import hypothetical_interconnect
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.reading import apply_overrides, read_yaml
 from simspec.scenario.schema import Algorithm
@@ -306,9 +306,7 @@ def plan(path: str, overrides: list[str] | None = None, *, concurrencies: list[i
         grid_notes[alg] = {"points": len(cands), "note": note}
 
     notes = []
-    hw = rs_base.scenario.hardware
-    hypothetical = presets.interconnect_mismatch(hw.gpu, rs_base.gpu, hw.interconnect, rs_base.interconnect,
-                                                 rs_base.scenario.server.tp)
+    hypothetical = hypothetical_interconnect(rs_base)
     if hypothetical:  # every point shares the box: say once that it does not exist
         notes.append(f"hypothetical interconnect: {hypothetical}")
     if concurrencies is not None and any(c > rs_base.scenario.workload.num_requests for c in concurrencies):
