@@ -14,7 +14,8 @@ The scheduler thread runs iterations back to back while requests wait or run, li
   speculation, else 1 + accepted drafts, drafts accepted along a chain with conditional rates
   `chain_rates` (seeded RNG), cut at max_new_tokens.
 Iterations are paced against deadlines (start = previous end), so the mean gap equals the step time.
-Ground truth is kept: `iterations` [(start, end, batch size, kind)], `accepted` [drafts per verify step].
+Ground truth is kept: `iterations` [(start, end, batch size, kind)] as scheduled, `realised` the same as the
+thread actually ran them (a loaded machine wakes it late), `accepted` [drafts per verify step].
 
 Per version (fields read from SGLang's wheels; see simspec/calibration/live.py for the files):
 - 0.5.8: meta_info spec fields spec_verify_ct, spec_accept_rate, spec_accept_length, spec_accept_token_num,
@@ -131,6 +132,9 @@ class FakeSGLang:
         self.port = port
 
         self.iterations: list[tuple[float, float, int, str]] = []
+        # (start, end, batch size, kind) as the thread ran them: end = when the chunks were queued, start = the
+        # previous iteration's end (back to back) or the wake-up after idling
+        self.realised: list[tuple[float, float, int, str]] = []
         self.accepted: list[int] = []
         self.calls = 0
         self.finished_calls = 0
@@ -219,8 +223,18 @@ class FakeSGLang:
     def _token(self) -> int:
         return self.rng.randrange(100, 32000)
 
+    def realised_step_time(self, batch_size: int) -> float:
+        """Mean seconds of the decode iterations over `batch_size` requests as the thread actually ran them:
+        what a client timing the stream can recover. Equals step_time(batch_size) on an idle machine; a busy
+        one wakes the thread late, and a late iteration the deadline cannot catch up lengthens the steps."""
+        durations = [end - start for start, end, b, kind in self.realised if kind == "decode" and b == batch_size]
+        if not durations:
+            raise ValueError(f"no decode iteration ran at batch size {batch_size}")
+        return sum(durations) / len(durations)
+
     def _scheduler(self) -> None:
         last_end = time.monotonic()
+        real_end = last_end
         while not self._stop.is_set():
             with self._lock:
                 idle = False
@@ -242,7 +256,8 @@ class FakeSGLang:
             now = time.monotonic()
             # back to back against deadlines: a late wake-up is caught up, so iteration k ends at exactly
             # start + the sum of the durations so far; the clock restarts only after idling
-            start = now if idle or now - last_end > 1.0 else last_end
+            restart = idle or now - last_end > 1.0
+            start = now if restart else last_end
             end = start + dur
             if end > now:
                 self._stop.wait(end - now)
@@ -250,6 +265,8 @@ class FakeSGLang:
             if self._stop.is_set():
                 return
             self.iterations.append((start, end, len(batch), kind))
+            real_start, real_end = (now if restart else real_end), time.monotonic()
+            self.realised.append((real_start, real_end, len(batch), kind))
             if kind == "decode" and self._profile is not None:
                 self._record_profile(start, end, len(batch))
             finished: list[_Req] = []

@@ -40,11 +40,11 @@ def test_round_trip_recovers_the_server_and_predicts_it(tmp_path, algorithm, rat
         code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,4", "--max-new-tokens", "96",
                                 "--bootstrap", "20", "--out", str(out), "--json", *BOX])
         assert code == 0, res
-        # recovered: the step time at each concurrency the run mostly held (tolerance 10%: timing jitter on a
-        # shared 2-core machine, tests/test_calibrate_live.py)
+        # recovered: the step time at each concurrency the run mostly held, as the fake's thread ran it
+        # (tolerance 10%: timing jitter on a shared 2-core machine, tests/test_calibrate_live.py)
         fitted = {s["batch_size"]: s["fitted_ms"] for s in res["step_times"]}
         for b in (1, 2, 4):
-            assert fitted[b] == pytest.approx(fake.step_time(b) * 1e3, rel=0.10), b
+            assert fitted[b] == pytest.approx(fake.realised_step_time(b) * 1e3, rel=0.10), b
         scenario = yaml.safe_load((tmp_path / "p.scenario.yaml").read_text())
         if algorithm == "none":
             assert "speculative" not in scenario
