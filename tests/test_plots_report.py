@@ -72,6 +72,49 @@ def test_plot_draws_what_the_columns_allow_and_says_what_it_skips(tables, tmp_pa
     assert "skipped speedup_heatmap: needs acceptance.accept_length" in res.output
 
 
+def test_points_on_a_box_that_does_not_exist_are_drawn_apart(tables):
+    """RTX PRO 6000 cards have no NVLink: the table's NVLink points are what-ifs. The line plots draw them with
+    hollow markers, the breakdown hatches their bars, and each figure's title says so; the PCIe points stay
+    filled and plain."""
+    df = S.read_table(tables["interconnects"])
+    flagged = plots.hypothetical(df)
+    assert flagged.tolist() == (df["hardware.interconnect"] == "nvlink4-nccl").tolist() and flagged.any()
+
+    def marker_faces(ax) -> dict[str, list[bool]]:  # per panel: hollow (True) or filled marker, per point drawn
+        faces = []
+        for line in ax.get_lines():
+            if line.get_marker() in (None, "None", "") or not len(line.get_xdata()):
+                continue
+            every = line.get_markevery()
+            n = len(line.get_xdata()) if every is None else len(every)
+            faces += [line.get_markerfacecolor() == "white"] * n
+        return faces
+
+    for plot in (plots.tokens_per_s_vs_concurrency(df), plots.speedup_vs_allreduce(df)):
+        text = plot.figure.texts[0].get_text()
+        assert "hollow markers: a box that does not exist" in text and "not NVLink 4" in text, text
+        faces = [f for ax in plot.figure.axes for f in marker_faces(ax)]
+        assert any(faces) and not all(faces), plot.name
+    concurrency = plots.tokens_per_s_vs_concurrency(df)
+    axes = concurrency.figure.axes
+    titles = {ax.get_subplotspec().colspan.start: ax.get_title() for ax in axes if ax.get_title()}
+    assert sorted(titles.values()) == ["nvlink4-nccl", "pcie5-nccl"]
+    for ax in axes:  # one column of panels per interconnect: hollow exactly on the NVLink one
+        faces, title = marker_faces(ax), titles[ax.get_subplotspec().colspan.start]
+        assert faces and (all(faces) if title == "nvlink4-nccl" else not any(faces)), title
+
+    breakdown = plots.iteration_breakdown(df)
+    assert "hatched bars: a box that does not exist" in breakdown.figure.texts[0].get_text()
+    for ax in breakdown.figure.axes:
+        hatches = {p.get_hatch() for p in ax.patches}
+        assert hatches == ({plots.HYPOTHETICAL_HATCH} if "nvlink4" in ax.get_title() else {None}), ax.get_title()
+
+    real = df[~flagged]  # a table of real boxes only: nothing is marked
+    plain = plots.tokens_per_s_vs_concurrency(real)
+    assert "does not exist" not in plain.figure.texts[0].get_text()
+    assert not any(f for ax in plain.figure.axes for f in marker_faces(ax))
+
+
 def test_heatmap_has_the_break_even_contour(tables, tmp_path):
     df = S.read_table(tables["heatmap"])
     assert df["error"].notna().sum() == 3  # 2.5 and 3.5 with one draft, 3.5 with two: unreachable
@@ -79,6 +122,15 @@ def test_heatmap_has_the_break_even_contour(tables, tmp_path):
     ax = plot.figure.axes[0]
     assert "no break-even" not in ax.get_title()
     assert any(type(c).__name__.endswith("ContourSet") for c in ax.collections)
+    cells = [t.get_text() for t in ax.texts]
+    assert cells and not any(c.endswith("*") for c in cells)
+    # the same table read as a what-if box: every cell starred, the panel and the title say so
+    what_if = df.assign(**{plots.HYPOTHETICAL_COLUMN: "gpu-x has PCIe 4 links, not NVLink 4 (y) at TP 8: a box"})
+    starred = plots.speedup_heatmap(what_if)
+    ax = starred.figure.axes[0]
+    assert [t.get_text() for t in ax.texts] == [c + "*" for c in cells]
+    assert "(hypothetical box)" in ax.get_title()
+    assert "starred cells: a box that does not exist (gpu-x has PCIe 4 links" in starred.figure.texts[0].get_text()
     res = _runner().invoke(main, ["plot", str(tables["heatmap"]), "--out-dir", str(tmp_path), "--format", "png"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "speedup_heatmap.png").stat().st_size > 5_000

@@ -12,6 +12,11 @@
 Which columns are a point's inputs comes from the table's layout (sweep.py): those between `point` and `error`.
 An input that varies and that a plot's own axes do not determine splits the lines (or bars, or panels), so no
 two different points are ever drawn as one.
+
+A point on a box that does not exist (a GPU paired with an interconnect it does not have: the table's
+`hypothetical_interconnect` column, predict.hypothetical_interconnect) is drawn apart: a hollow marker, a
+hatched bar, a starred heatmap cell, and the figure's title says what that means. A what-if is worth plotting,
+but it must never read as a box one could buy.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ MAX_PANELS = 6
 MAX_BARS = 40
 MAX_LINES = 12
 INTERCONNECT_COLUMNS = ("hardware.interconnect", "interconnect")
+HYPOTHETICAL_COLUMN = "hypothetical_interconnect"
+HYPOTHETICAL_HATCH = "//"
 
 
 class Skip(Exception):
@@ -105,6 +112,33 @@ def panel_column(df: pd.DataFrame) -> str | None:
     return None
 
 
+def hypothetical(df: pd.DataFrame) -> pd.Series:
+    """Per row: is the point's GPU paired with an interconnect it does not have (a what-if box)?"""
+    if HYPOTHETICAL_COLUMN not in df.columns:
+        return df.index.to_series().map(lambda _: False).astype(bool)
+    col = df[HYPOTHETICAL_COLUMN]
+    return (col.notna() & (col.astype(str).str.strip() != "")).astype(bool)
+
+
+def _hypothetical_note(df: pd.DataFrame, how: str) -> str:
+    """The title's line for a figure that shows what-if points, naming how they are drawn; else ''."""
+    flagged = df[hypothetical(df)]
+    if flagged.empty:
+        return ""
+    whys = list(dict.fromkeys(str(v).split(":", 1)[0] for v in flagged[HYPOTHETICAL_COLUMN]))
+    more = f"; {len(whys) - 2} more in the table's {HYPOTHETICAL_COLUMN} column" if len(whys) > 2 else ""
+    return f"\n{how}: a box that does not exist ({'; '.join(whys[:2])}{more})"
+
+
+def _plot_line(ax: Any, x: Any, y: Any, flagged: Any, label: str) -> None:
+    """One series: a line through every point, filled markers on real boxes, hollow ones on what-if boxes."""
+    (line,) = ax.plot(x, y, marker="o", markevery=[i for i, f in enumerate(flagged) if not f], label=label)
+    xs, ys = list(x), list(y)
+    ax.plot([a for a, f in zip(xs, flagged, strict=True) if f], [b for b, f in zip(ys, flagged, strict=True) if f],
+            linestyle="none", marker="o", markerfacecolor="white", markeredgecolor=line.get_color(),
+            markeredgewidth=1.5)
+
+
 def _label(row: Any, cols: Sequence[str]) -> str:
     parts = []
     for c in cols:
@@ -166,7 +200,7 @@ def tokens_per_s_vs_concurrency(df: pd.DataFrame) -> Plot:
             ax = axes[row][j]
             for _, g in groups[:MAX_LINES]:
                 g = g.sort_values("concurrency")
-                ax.plot(g["concurrency"], g[metric], marker="o", label=_label(g.iloc[0], series))
+                _plot_line(ax, g["concurrency"], g[metric], hypothetical(g).tolist(), _label(g.iloc[0], series))
             if log_x:
                 ax.set_xscale("log", base=2)
             ticks = _sorted_unique(ok["concurrency"])
@@ -182,7 +216,7 @@ def tokens_per_s_vs_concurrency(df: pd.DataFrame) -> Plot:
             if j == len(panels) - 1 and row == 0:
                 ax.legend(fontsize=8)
     title = "tok/s vs concurrency" + (f", one panel per {panel}" if panel else "")
-    fig.suptitle(title)
+    fig.suptitle(title + _hypothetical_note(ok, "hollow markers"), fontsize=11)
     return Plot("tokens_per_s_vs_concurrency", title, fig)
 
 
@@ -213,8 +247,9 @@ def iteration_breakdown(df: pd.DataFrame) -> Plot:
         averaged = [c for c in extras if c.startswith("acceptance.")]
         series = [c for c in (hue, *extras) if c is not None and c not in averaged]
         if averaged:
+            kept = [c for c in (*series, HYPOTHETICAL_COLUMN) if c in sub.columns]  # one box per group
             sub = sub.groupby(_key(sub, series), sort=False).agg(
-                {**{c: "first" for c in series}, **{c: "mean" for c in cols}})
+                {**{c: "first" for c in kept}, **{c: "mean" for c in cols}})
             note_avg = f"\n(mean over {', '.join(averaged)})"
             if note_avg not in note:
                 note += note_avg
@@ -222,21 +257,31 @@ def iteration_breakdown(df: pd.DataFrame) -> Plot:
         labels = [_label(r, series) for _, r in shown.iterrows()]
         x = list(range(len(shown)))
         bottom = [0.0] * len(shown)
+        flagged = hypothetical(shown).tolist()
         for k, col in zip(BREAKDOWN, cols, strict=True):
             vals = shown[col].fillna(0.0).astype(float).tolist()
-            ax.bar(x, vals, bottom=bottom, color=BREAKDOWN_COLORS[k], label=BREAKDOWN_LABELS[k])
+            bars = ax.bar(x, vals, bottom=bottom, color=BREAKDOWN_COLORS[k], label=BREAKDOWN_LABELS[k])
+            for bar, f in zip(bars, flagged, strict=True):
+                if f:
+                    bar.set_hatch(HYPOTHETICAL_HATCH)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("mean decode iteration (ms)")
         more = f" (first {MAX_BARS} of {len(sub)})" if len(sub) > MAX_BARS else ""
         ax.set_title((str(pv) if panel else "") + more, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-        if j == len(panels) - 1:
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        if j == len(panels) - 1:  # the parts' colours, unhatched whatever this panel's bars are
+            from matplotlib.patches import Patch
+
+            handles = [Patch(facecolor=BREAKDOWN_COLORS[k], label=BREAKDOWN_LABELS[k]) for k in BREAKDOWN]
+            if hypothetical(ok).any():
+                handles.append(Patch(facecolor="white", edgecolor="black", hatch=HYPOTHETICAL_HATCH,
+                                     label="hypothetical box"))
+            ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     shown_bars = max(len(ax.patches) for ax in axes[0]) // len(BREAKDOWN)
     fig.set_figwidth(min(figure_width, len(panels) * max(4.0, 0.45 * shown_bars + 2.0)) + 2.0)
     title = f"iteration time breakdown{note}"
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title + _hypothetical_note(ok, "hatched bars"), fontsize=11)
     return Plot("iteration_breakdown", title, fig)
 
 
@@ -271,15 +316,19 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
         ys = _sorted_unique(g[y_col].astype(float))
         z = np.full((len(ys), len(xs)), np.nan)
         good = ok_rows(g)
-        for _, r in good.iterrows():
+        starred = set()
+        for (_, r), f in zip(good.iterrows(), hypothetical(good), strict=True):
             z[ys.index(float(r[y_col])), xs.index(float(r[x_col]))] = float(r["speedup"])
+            if f:
+                starred.add((ys.index(float(r[y_col])), xs.index(float(r[x_col]))))
         masked = np.ma.masked_invalid(z)
         image = ax.pcolormesh(np.arange(len(xs) + 1) - 0.5, np.arange(len(ys) + 1) - 0.5, masked, cmap="RdBu",
                               norm=norm, shading="flat")
         if len(xs) <= 16 and len(ys) <= 16:
             for (yi, xi), v in np.ndenumerate(z):
                 if np.isfinite(v):
-                    ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7)
+                    star = "*" if (yi, xi) in starred else ""
+                    ax.text(xi, yi, f"{v:.2f}{star}", ha="center", va="center", fontsize=7)
         crosses = np.isfinite(z).sum() >= 4 and np.nanmin(z) < 1.0 < np.nanmax(z)
         if crosses:
             ax.contour(np.arange(len(xs)), np.arange(len(ys)), masked, levels=[1.0], colors="black",
@@ -289,6 +338,8 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
         ax.set_xlabel("num_draft_tokens")
         ax.set_ylabel("accept length (input)")
         name = _label(g.iloc[0], extras) if extras else ""
+        if starred and len(starred) == int(np.isfinite(z).sum()):
+            name += " (hypothetical box)"
         ax.set_title(name + ("" if crosses else " (no break-even inside)"), fontsize=10)
     for k in range(len(shown), nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
@@ -296,7 +347,8 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
         fig.colorbar(image, ax=axes.ravel().tolist(), label="speedup over no speculation")
     more = f" (first {MAX_PANELS} of {len(groups)} panels)" if len(groups) > MAX_PANELS else ""
     title = "speedup over (num_draft_tokens, accept length)" + more
-    fig.suptitle(title + "\nblack line: break-even (speedup 1); blank: unreachable or failed", fontsize=10)
+    fig.suptitle(title + "\nblack line: break-even (speedup 1); blank: unreachable or failed"
+                 + _hypothetical_note(ok, "starred cells"), fontsize=10)
     return Plot("speedup_heatmap", title, fig)
 
 
@@ -322,7 +374,8 @@ def speedup_vs_allreduce(df: pd.DataFrame) -> Plot:
         groups = list(sub.groupby(_key(sub, series), sort=False))
         for _, g in groups[:MAX_LINES]:
             g = g.sort_values("allreduce_token_us")
-            ax.plot(g["allreduce_token_us"], g["speedup"], marker="o", label=_label(g.iloc[0], series))
+            _plot_line(ax, g["allreduce_token_us"], g["speedup"], hypothetical(g).tolist(),
+                       _label(g.iloc[0], series))
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
         ax.set_xlabel("all-reduce of one token's hidden state (us)")
         ax.set_ylabel("speedup over no speculation")
@@ -338,7 +391,7 @@ def speedup_vs_allreduce(df: pd.DataFrame) -> Plot:
         pairs = ok.groupby(ok["allreduce_token_us"].round(3))[ic].agg(lambda s: "/".join(dict.fromkeys(map(str, s))))
         names = "\n" + ", ".join(f"{name} {x:.1f} us" for x, name in pairs.items())
     title = "speedup vs interconnect latency"
-    fig.suptitle(title + names, fontsize=10)
+    fig.suptitle(title + names + _hypothetical_note(ok, "hollow markers"), fontsize=10)
     return Plot("speedup_vs_allreduce", title, fig)
 
 
