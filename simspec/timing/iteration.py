@@ -19,12 +19,11 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from simspec import presets
-from simspec.presets import ModelPreset
 from simspec.scenario import releases
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardCost, ForwardModel, ForwardShape, moe_small_tiles
-from simspec.timing.stack import draft_stack, target_stack
+from simspec.timing.stack import draft_layers_model, draft_stack, target_stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +112,10 @@ class IterationModel:
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
                                    moe_small_tiles(rs.gpu, rs.model, tstack, version))
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
+        # an EAGLE head has no experts (moe_small_tiles reads none from its stack): the target stands in
+        layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model) or rs.model
         self.draft = (ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies(),
-                                   moe_small_tiles(rs.gpu, self._draft_preset(), dstack, version))
+                                   moe_small_tiles(rs.gpu, layers, dstack, version))
                       if dstack else None)
         if not srv.cuda_graph:
             self._graph_sizes: list[int] = []
@@ -138,10 +139,6 @@ class IterationModel:
         self._plans: dict[int, tuple[PlannedForward, ...]] = {}
 
     # ----------------------------------------------------------------------------------------- helpers
-    def _draft_preset(self) -> ModelPreset:
-        """The model whose experts the draft stack holds: a standalone draft model's own, else the target's (MTP)."""
-        return self.rs.draft_model if self.rs.draft_model is not None else self.rs.model
-
     def _draft_efficiencies(self) -> Efficiencies:
         """A standalone draft model routes its own experts: its own measured locality, else the default (the
         target's figure, from its preset or a profile of the box serving it, says nothing about the drafter's)."""

@@ -260,12 +260,22 @@ def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
     )
 
 
+def draft_layers_model(algorithm: str, model: ModelPreset, draft_model: ModelPreset | None) -> ModelPreset | None:
+    """The model preset whose layers (and experts) the draft stack is built from: the target's for MTP (its NextN
+    layer), the draft model's for a standalone drafter; None for an EAGLE head (its own drafter preset) and
+    for n-gram (no draft forward)."""
+    if algorithm == "mtp":
+        return model
+    if algorithm == "standalone":
+        return draft_model
+    return None
+
+
 def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None,
                 draft_model: ModelPreset | None, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack | None:
     if algorithm in ("eagle", "eagle3") and drafter is not None:
         return eagle_stack(drafter, tp, version)
-    if algorithm == "mtp":
-        return mtp_stack(model, tp, version)
-    if algorithm == "standalone" and draft_model is not None:
-        return target_stack(draft_model, tp, version=version)
-    return None
+    layers = draft_layers_model(algorithm, model, draft_model)
+    if layers is None:
+        return None
+    return mtp_stack(layers, tp, version) if algorithm == "mtp" else target_stack(layers, tp, version=version)
