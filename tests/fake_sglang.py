@@ -132,8 +132,8 @@ class FakeSGLang:
         self.port = port
 
         self.iterations: list[tuple[float, float, int, str]] = []
-        # (start, end, batch size, kind) as the thread ran them: end = when the chunks were queued, start = the
-        # previous iteration's end (back to back) or the wake-up after idling
+        # (start, end, batch size, kind) as the thread ran them: end = when the chunks were queued (never before
+        # the scheduled end), start = the previous iteration's end (back to back) or the wake-up after idling
         self.realised: list[tuple[float, float, int, str]] = []
         self.accepted: list[int] = []
         self.calls = 0
@@ -223,14 +223,19 @@ class FakeSGLang:
     def _token(self) -> int:
         return self.rng.randrange(100, 32000)
 
-    def realised_step_time(self, batch_size: int) -> float:
-        """Mean seconds of the decode iterations over `batch_size` requests as the thread actually ran them:
-        what a client timing the stream can recover. Equals step_time(batch_size) on an idle machine; a busy
-        one wakes the thread late, and a late iteration the deadline cannot catch up lengthens the steps."""
-        durations = [end - start for start, end, b, kind in self.realised if kind == "decode" and b == batch_size]
+    def realised_step_time(self, batch_size: int, trim: float = 0.2) -> float:
+        """Seconds of the decode iterations over `batch_size` requests as the thread actually ran them, the
+        lowest and highest `trim` of them left out (as the client's estimate leaves out late chunks): what a
+        client timing the stream can recover. step_time(batch_size) on an idle machine. On a busy one a late
+        wake-up lengthens a step, and the deadline that catches it up shortens the next, so single steps move
+        both ways; lateness the deadlines cannot catch up lengthens them all."""
+        durations = sorted(end - start for start, end, b, kind in self.realised
+                           if kind == "decode" and b == batch_size)
         if not durations:
             raise ValueError(f"no decode iteration ran at batch size {batch_size}")
-        return sum(durations) / len(durations)
+        cut = int(len(durations) * trim)
+        kept = durations[cut:len(durations) - cut] or durations
+        return sum(kept) / len(kept)
 
     def _scheduler(self) -> None:
         last_end = time.monotonic()
@@ -265,7 +270,8 @@ class FakeSGLang:
             if self._stop.is_set():
                 return
             self.iterations.append((start, end, len(batch), kind))
-            real_start, real_end = (now if restart else real_end), time.monotonic()
+            # a stall past the 1 s restart rule still shows in the realised record, as the client sees it
+            real_start, real_end = (now if idle else real_end), time.monotonic()
             self.realised.append((real_start, real_end, len(batch), kind))
             if kind == "decode" and self._profile is not None:
                 self._record_profile(start, end, len(batch))

@@ -76,10 +76,19 @@ def test_round_trip_recovers_step_times_and_acceptance(version, prompts, tmp_pat
     assert s.overlap_schedule is (version == "0.5.23")  # 0.5.8/0.5.10 turn overlap off for EAGLE (v1 workers)
     assert s.raw["version"] == version
 
-    # step time per running batch size, from the chunk timing alone: the steps as the fake's thread ran them
-    # (its configured times on an idle machine; a loaded one wakes the thread late, never early)
+    # the fake itself: every decode iteration scheduled for exactly its configured time; as run, one record per
+    # iteration, back to back (each starts where the previous ended, unless the thread idled), none ending
+    # before its deadline
+    assert all(end - start == pytest.approx(fake.step_time(b), abs=1e-9)
+               for start, end, b, kind in fake.iterations if kind == "decode")
     pairs = list(zip(fake.realised, fake.iterations, strict=True))
-    assert pairs and all(real[1] >= planned[1] and real[2:] == planned[2:] for real, planned in pairs)
+    assert pairs and all(real[0] <= real[1] and real[1] >= planned[1] and real[2:] == planned[2:]
+                         for real, planned in pairs)
+    chained = [now[0] == before[1] for before, now in zip(fake.realised, fake.realised[1:], strict=False)]
+    assert len(chained) - sum(chained) <= 12  # the thread idles at most once per request (12 requests)
+
+    # step time per running batch size, from the chunk timing alone: the steps as the fake's thread ran them
+    # (its configured times on an idle machine; a loaded one wakes the thread late)
     for bs in (1, 4):
         got = _best(meas, bs)
         assert got.source == "live" and got.samples >= 10

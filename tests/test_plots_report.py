@@ -92,7 +92,7 @@ def test_points_on_a_box_that_does_not_exist_are_drawn_apart(tables):
 
     for plot in (plots.tokens_per_s_vs_concurrency(df), plots.speedup_vs_allreduce(df)):
         text = plot.figure.texts[0].get_text()
-        assert "hollow markers: a box that does not exist" in text and "not NVLink 4" in text, text
+        assert "hollow markers: a box that does not exist\nrtx-pro-6000-server on nvlink4-nccl at TP 8" in text, text
         faces = [f for ax in plot.figure.axes for f in marker_faces(ax)]
         assert any(faces) and not all(faces), plot.name
     concurrency = plots.tokens_per_s_vs_concurrency(df)
@@ -106,6 +106,26 @@ def test_points_on_a_box_that_does_not_exist_are_drawn_apart(tables):
     breakdown = plots.iteration_breakdown(df)
     assert "hatched bars: a box that does not exist" in breakdown.figure.texts[0].get_text()
     for ax in breakdown.figure.axes:
+        hatches = {p.get_hatch() for p in ax.patches}
+        assert hatches == ({plots.HYPOTHETICAL_HATCH} if "nvlink4" in ax.get_title() else {None}), ax.get_title()
+
+    # the hollow overlay takes its series' colour: one colour per series, none skipped (the all-reduce plot's
+    # series run across both interconnects, so they mix filled and hollow markers)
+    for plot in (concurrency, plots.speedup_vs_allreduce(df)):
+        for ax in (a for a in plot.figure.axes if a.get_visible()):
+            series = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+            colours = [line.get_color() for line in series]
+            assert len(colours) == len(set(colours)) == 3, (plot.name, colours)
+            drawn = {line.get_color() for line in ax.get_lines() if len(line.get_xdata()) and line.get_marker() == "o"}
+            assert drawn == set(colours), (plot.name, drawn, colours)
+
+    # acceptance varying among the points: the breakdown averages over it, and still hatches the what-ifs
+    varied = pd.concat([df.assign(**{"acceptance.accept_length": a}) for a in (1.8, 2.2)], ignore_index=True)
+    cols = list(varied.columns)
+    cols.insert(cols.index("point") + 1, cols.pop(cols.index("acceptance.accept_length")))
+    averaged = plots.iteration_breakdown(varied[cols])
+    assert "mean over acceptance.accept_length" in averaged.figure.texts[0].get_text()
+    for ax in averaged.figure.axes:
         hatches = {p.get_hatch() for p in ax.patches}
         assert hatches == ({plots.HYPOTHETICAL_HATCH} if "nvlink4" in ax.get_title() else {None}), ax.get_title()
 
@@ -130,7 +150,8 @@ def test_heatmap_has_the_break_even_contour(tables, tmp_path):
     ax = starred.figure.axes[0]
     assert [t.get_text() for t in ax.texts] == [c + "*" for c in cells]
     assert "(hypothetical box)" in ax.get_title()
-    assert "starred cells: a box that does not exist (gpu-x has PCIe 4 links" in starred.figure.texts[0].get_text()
+    assert ("their cells starred: a box that does not exist\ngpu-x on y at TP 8"
+            in starred.figure.texts[0].get_text())
     res = _runner().invoke(main, ["plot", str(tables["heatmap"]), "--out-dir", str(tmp_path), "--format", "png"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "speedup_heatmap.png").stat().st_size > 5_000

@@ -253,6 +253,14 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
     assert not (tmp_path / "t.csv").exists()  # checked before anything runs
 
 
+def test_a_parquet_name_for_the_csv_table_is_refused(tmp_path):
+    """--out writes CSV: a .parquet name would hold CSV that Parquet readers then reject."""
+    good = _write(tmp_path, _m1_sweep(grid={"seed": [0], **TINY}))
+    res = _runner().invoke(main, ["sweep", good, "--out", str(tmp_path / "t.parquet")])
+    assert res.exit_code == 2 and "--out" in res.stderr and "--parquet FILE" in res.stderr, res.stderr
+    assert not (tmp_path / "t.parquet").exists()  # checked before anything runs
+
+
 def test_parquet_round_trip(tmp_path):
     pytest.importorskip("pyarrow", reason="pyarrow is needed for Parquet")
     spec = _m1_sweep(setups={"baseline": {}, "eagle3": EAGLE3}, grid={"seed": [0], **TINY})

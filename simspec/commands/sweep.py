@@ -39,6 +39,9 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
     out_path = out or f"{Path(sweep_file).stem}.csv"
     try:
         S.check_backend(backend, address)
+        if Path(out_path).suffix.lower() in (".parquet", ".pq"):  # it would hold CSV under a Parquet name
+            raise InputError("writes a CSV table; for Parquet give --parquet FILE (beside a CSV --out, or the "
+                             "default one)", file=out_path, key="--out")
         if parquet:
             S.require_pyarrow()
         spec = S.load_sweep(sweep_file)

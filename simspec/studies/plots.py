@@ -120,23 +120,42 @@ def hypothetical(df: pd.DataFrame) -> pd.Series:
     return (col.notna() & (col.astype(str).str.strip() != "")).astype(bool)
 
 
+def _pairing(reason: str) -> str:
+    """'gpu on interconnect' from predict.hypothetical_interconnect's sentence ('<gpu> has <links>, not <kind>
+    (<interconnect>) at TP n: ...'); the sentence up to its colon when it does not read that way."""
+    head = reason.split(":", 1)[0]
+    gpu, _, rest = head.partition(" has ")
+    name = rest[rest.rfind("(") + 1: rest.rfind(")")] if "(" in rest and ")" in rest else ""
+    tp = rest[rest.rfind(" at TP "):] if " at TP " in rest else ""
+    return f"{gpu} on {name}{tp}" if gpu and name else head
+
+
 def _hypothetical_note(df: pd.DataFrame, how: str) -> str:
-    """The title's line for a figure that shows what-if points, naming how they are drawn; else ''."""
+    """The title's line for a figure that shows what-if points, naming how they are drawn and the pairings
+    (one line each, at most two); else ''."""
     flagged = df[hypothetical(df)]
     if flagged.empty:
         return ""
-    whys = list(dict.fromkeys(str(v).split(":", 1)[0] for v in flagged[HYPOTHETICAL_COLUMN]))
-    more = f"; {len(whys) - 2} more in the table's {HYPOTHETICAL_COLUMN} column" if len(whys) > 2 else ""
-    return f"\n{how}: a box that does not exist ({'; '.join(whys[:2])}{more})"
+    pairings = list(dict.fromkeys(_pairing(str(v)) for v in flagged[HYPOTHETICAL_COLUMN]))
+    lines = [f"{how}: a box that does not exist"] + pairings[:2]
+    if len(pairings) > 2:
+        lines.append(f"and {len(pairings) - 2} more (the table's {HYPOTHETICAL_COLUMN} column)")
+    return "\n" + "\n".join(lines)
 
 
 def _plot_line(ax: Any, x: Any, y: Any, flagged: Any, label: str) -> None:
-    """One series: a line through every point, filled markers on real boxes, hollow ones on what-if boxes."""
-    (line,) = ax.plot(x, y, marker="o", markevery=[i for i, f in enumerate(flagged) if not f], label=label)
-    xs, ys = list(x), list(y)
-    ax.plot([a for a, f in zip(xs, flagged, strict=True) if f], [b for b, f in zip(ys, flagged, strict=True) if f],
-            linestyle="none", marker="o", markerfacecolor="white", markeredgecolor=line.get_color(),
-            markeredgewidth=1.5)
+    """One series: a line through every point, filled markers on real boxes, hollow ones on what-if boxes
+    (the legend shows a hollow marker for a series that is all what-if)."""
+    real = [i for i, f in enumerate(flagged) if not f]
+    if real:
+        (line,) = ax.plot(x, y, marker="o", markevery=real, label=label)
+    else:
+        (line,) = ax.plot(x, y, marker="o", markerfacecolor="white", markeredgewidth=1.5, label=label)
+        return
+    if len(real) < len(flagged):
+        xs, ys = list(x), list(y)
+        ax.plot([a for a, f in zip(xs, flagged, strict=True) if f], [b for b, f in zip(ys, flagged, strict=True) if f],
+                linestyle="none", marker="o", color=line.get_color(), markerfacecolor="white", markeredgewidth=1.5)
 
 
 def _label(row: Any, cols: Sequence[str]) -> str:
@@ -348,7 +367,7 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
     more = f" (first {MAX_PANELS} of {len(groups)} panels)" if len(groups) > MAX_PANELS else ""
     title = "speedup over (num_draft_tokens, accept length)" + more
     fig.suptitle(title + "\nblack line: break-even (speedup 1); blank: unreachable or failed"
-                 + _hypothetical_note(ok, "starred cells"), fontsize=10)
+                 + _hypothetical_note(ok, "panels titled (hypothetical box), their cells starred"), fontsize=10)
     return Plot("speedup_heatmap", title, fig)
 
 

@@ -113,7 +113,8 @@ class IterationModel:
                                    moe_small_tiles(rs.gpu, rs.model, tstack, version))
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
         # an EAGLE head has no experts (moe_small_tiles reads none from its stack): the target stands in
-        layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model) or rs.model
+        layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model)
+        layers = layers if layers is not None else rs.model
         self.draft = (ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies(),
                                    moe_small_tiles(rs.gpu, layers, dstack, version))
                       if dstack else None)
