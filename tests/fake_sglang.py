@@ -261,8 +261,7 @@ class FakeSGLang:
             now = time.monotonic()
             # back to back against deadlines: a late wake-up is caught up, so iteration k ends at exactly
             # start + the sum of the durations so far; the clock restarts only after idling
-            restart = idle or now - last_end > 1.0
-            start = now if restart else last_end
+            start = now if idle or now - last_end > 1.0 else last_end
             end = start + dur
             if end > now:
                 self._stop.wait(end - now)

@@ -337,9 +337,10 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
         good = ok_rows(g)
         starred = set()
         for (_, r), f in zip(good.iterrows(), hypothetical(good), strict=True):
-            z[ys.index(float(r[y_col])), xs.index(float(r[x_col]))] = float(r["speedup"])
+            cell = (ys.index(float(r[y_col])), xs.index(float(r[x_col])))
+            z[cell] = float(r["speedup"])
             if f:
-                starred.add((ys.index(float(r[y_col])), xs.index(float(r[x_col]))))
+                starred.add(cell)
         masked = np.ma.masked_invalid(z)
         image = ax.pcolormesh(np.arange(len(xs) + 1) - 0.5, np.arange(len(ys) + 1) - 0.5, masked, cmap="RdBu",
                               norm=norm, shading="flat")
