@@ -49,6 +49,22 @@ def _replay_status(scenario_file: str, overrides: tuple[str, ...]) -> Any:
                                        "installing also compiles the engine, ~20 s)")
 
 
+TRACE_SUFFIXES = (".json",)  # write_chrome_trace writes plain JSON
+
+
+def _scenario_inputs(rs: Any) -> list[tuple[str, Path]]:
+    """The files a loaded scenario was read from: the scenario, its calibration profile, its replay corpus and
+    tokenizer (where it names them)."""
+    from simspec.scenario.reading import relative_to_scenario
+
+    sc = rs.scenario
+    named = [("the scenario's calibration profile", sc.calibration)]
+    replay = sc.acceptance.ngram_replay if sc.acceptance is not None else None
+    if replay is not None:
+        named += [("the scenario's replay corpus", replay.corpus), ("the scenario's tokenizer", replay.tokenizer)]
+    return [("the scenario file", Path(rs.path)), *((role, relative_to_scenario(p, rs.path)) for role, p in named if p)]
+
+
 @main.command()
 @click.argument("scenario_file", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
@@ -63,12 +79,18 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
             trace_path: str | None, trace_detail: int) -> None:
     """Predict tok/s, its breakdown and the no-speculation baseline for SCENARIO_FILE."""
     from simspec.analysis.report import render
+    from simspec.outputs import check_output
     from simspec.predict import predict_with_run
     from simspec.scenario.loader import load_scenario
 
     try:
+        if trace_path is not None:  # before any work: the scenario's other files are known once it loads
+            check_output(trace_path, "--trace", "a Chrome trace (JSON)", TRACE_SUFFIXES,
+                         [("the scenario file", scenario_file)])
         with _replay_status(scenario_file, overrides):
             rs = load_scenario(scenario_file, list(overrides))
+            if trace_path is not None:
+                check_output(trace_path, "--trace", "a Chrome trace (JSON)", TRACE_SUFFIXES, _scenario_inputs(rs))
             result, sim = predict_with_run(rs)
     except InputError as err:
         fail(err)

@@ -178,16 +178,91 @@ def test_report_is_one_self_contained_page_with_every_row(tables, tmp_path):
     assert "<b>odd" not in page and "&lt;b&gt;odd &amp; name&lt;/b&gt;" in page
 
 
-def test_report_and_plot_of_a_table_where_every_point_failed(tmp_path):
+def _assert_refused(res, *needles: str) -> None:
+    """Exit code 2, one clean line on stderr holding every needle, no traceback, nothing on stdout."""
+    where = f"exit {res.exit_code}; stdout: {res.output!r}; stderr: {res.stderr!r}; exception: {res.exception!r}"
+    assert res.exit_code == 2, where
+    assert isinstance(res.exception, SystemExit), where
+    assert "Traceback" not in res.output + res.stderr, where
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, where
+    for needle in needles:
+        assert needle in res.stderr, f"{needle!r} missing; {where}"
+
+
+def _outputs(command: str, tmp_path: Path) -> list[str]:
+    return ["--out-dir", str(tmp_path / "p")] if command == "plot" else ["--out", str(tmp_path / "r.html")]
+
+
+def _nothing_written(tmp_path: Path) -> bool:
+    return not (tmp_path / "p").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_report_and_plot_of_a_table_where_every_point_failed(tmp_path, command):
+    """Nothing to draw: exit 2 naming the table and the first failure (the sweep said so too, with exit 2)."""
     table = pd.DataFrame({"point": [0, 1], "acceptance.accept_length": [9.0, 10.0], "error": ["x: too long", "y"],
                           "tokens_per_s": [None, None]})
     path = tmp_path / "failed.csv"
     table.to_csv(path, index=False)
-    res = _runner().invoke(main, ["plot", str(path), "--out-dir", str(tmp_path / "p")])
-    assert res.exit_code == 0 and "no plot drawn" in res.output
-    assert res.output.count("skipped") == len(plots.PLOTTERS)
-    page = html_report.render(S.read_table(path), "t")
+    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    _assert_refused(res, "failed.csv", f"nothing to {command}: every point failed (2 of 2)", "x: too long")
+    assert _nothing_written(tmp_path)
+    page = html_report.render(S.read_table(path), "t")  # the page itself still lists them
     assert "Failed points (2)" in page and "x: too long" in page
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_report_and_plot_of_a_table_with_no_rows(tables, tmp_path, command):
+    path = tmp_path / "empty.csv"
+    pd.read_csv(tables["heatmap"]).iloc[0:0].to_csv(path, index=False)  # the header only
+    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    _assert_refused(res, "empty.csv", f"nothing to {command}: the table has no rows")
+    assert _nothing_written(tmp_path)
+
+
+# (table, column, what an edit put in a cell of a point that ran)
+EDITED_CELLS = [
+    ("heatmap", "speedup", "fast"),  # was a float() traceback in the heatmap
+    ("interconnects", "speedup", "fast"),  # was drawn as a category
+    ("interconnects", "breakdown_ms.cpu", "x"),  # was a float() traceback in the breakdown
+    ("interconnects", "throughput_tokens_per_s", "lots"),  # was drawn as a category
+    ("interconnects", "concurrency", "many"),
+    ("heatmap", "speedup", "inf"),
+    ("heatmap", "acceptance.accept_length", "abc"),  # an axis input of a point that ran
+]
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+@pytest.mark.parametrize(("table", "column", "text"), EDITED_CELLS,
+                         ids=[f"{t}-{c}-{x}" for t, c, x in EDITED_CELLS])
+def test_a_plotted_column_that_is_not_a_number_exits_2(tables, tmp_path, command, table, column, text):
+    df = pd.read_csv(tables[table])
+    row = df.index[df["error"].isna()][0]
+    df[column] = df[column].astype(object)
+    df.loc[row, column] = text
+    path = tmp_path / "edited.csv"
+    df.to_csv(path, index=False)
+    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    _assert_refused(res, "edited.csv", f": {column}: ", f"'{text}' at point {df.loc[row, 'point']}",
+                    "allowed: a finite number")
+    assert _nothing_written(tmp_path)
+
+
+def test_a_failed_point_whose_swept_value_is_not_a_number_is_left_out_of_the_heatmap(tables, tmp_path):
+    """A sweep that tried accept_length: abc writes the text in that failed point's input cell: the table is a
+    real one, the point has no cell (it was a float() traceback)."""
+    df = pd.read_csv(tables["heatmap"])
+    failed = df.index[df["error"].notna()][0]
+    df["acceptance.accept_length"] = df["acceptance.accept_length"].astype(object)
+    df.loc[failed, "acceptance.accept_length"] = "abc"
+    path = tmp_path / "tried.csv"
+    df.to_csv(path, index=False)
+    res = _runner().invoke(main, ["plot", str(path), "--out-dir", str(tmp_path / "p"), "--format", "png"])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert (tmp_path / "p" / "speedup_heatmap.png").is_file()
+    res = _runner().invoke(main, ["report", str(path), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "abc" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
 def test_bad_tables_and_formats_exit_2(tmp_path):

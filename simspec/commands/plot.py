@@ -17,12 +17,12 @@ def plot(results: str, out_dir: str, formats: str) -> None:
     plots the table does not allow, and why."""
     from simspec.cli import fail
     from simspec.errors import InputError
-    from simspec.studies.plots import parse_formats, write_plots
+    from simspec.studies.plots import check_table, parse_formats, write_plots
     from simspec.studies.sweep import read_table
 
     try:
         fmts = parse_formats(formats)
-        df = read_table(results)
+        df = check_table(read_table(results), results, "plot")
         written, skipped = write_plots(df, out_dir, fmts)
     except InputError as err:
         fail(err)

@@ -17,12 +17,15 @@ def report(results: str, out: str | None, title: str | None) -> None:
     table. No external links, styles or scripts: it opens offline."""
     from simspec.cli import fail
     from simspec.errors import InputError
+    from simspec.outputs import check_output
     from simspec.studies.html_report import write_report
+    from simspec.studies.plots import check_table
     from simspec.studies.sweep import read_table
 
     out_path = out or str(Path(results).with_suffix(".html"))
     try:
-        df = read_table(results)
+        check_output(out_path, "--out", "an HTML page", (".html", ".htm"), [("the table", results)])
+        df = check_table(read_table(results), results, "report")
         path = write_report(df, out_path, title=title, source=results)
     except InputError as err:
         fail(err)

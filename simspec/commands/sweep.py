@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 MAX_WARNINGS = 20  # failed points named one per line; the table's `error` column has them all
+CSV_SUFFIXES = (".csv",)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _base_inputs(spec: Any) -> list[tuple[str, str]]:
+    """The files a loaded sweep reads besides the sweep file: its base scenario and that scenario's calibration
+    profile (where it names them)."""
+    from simspec.scenario.reading import relative_to_scenario
+
+    out = []
+    if spec.base_path != spec.file:  # `base:` (an inline `scenario:` is resolved against the sweep file)
+        out.append(("the base scenario", spec.base_path))
+    calibration = spec.base.get("calibration") if isinstance(spec.base, dict) else None
+    if isinstance(calibration, str) and calibration.strip():
+        out.append(("the base scenario's calibration profile", str(relative_to_scenario(calibration, spec.base_path))))
+    return out
 
 
 @click.command()
@@ -33,18 +50,25 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
 
     from simspec.cli import fail
     from simspec.errors import InputError
+    from simspec.outputs import check_output
     from simspec.studies import sweep as S
 
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
     out_path = out or f"{Path(sweep_file).stem}.csv"
     try:
         S.check_backend(backend, address)
-        if Path(out_path).suffix.lower() in (".parquet", ".pq"):  # it would hold CSV under a Parquet name
+        if Path(out_path).suffix.lower() in PARQUET_SUFFIXES:  # it would hold CSV under a Parquet name
             raise InputError("writes a CSV table; for Parquet give --parquet FILE (beside a CSV --out, or the "
                              "default one)", file=out_path, key="--out")
         if parquet:
             S.require_pyarrow()
         spec = S.load_sweep(sweep_file)
+        # neither table may hold the wrong format, overwrite the sweep file or its base scenario, or the other table
+        inputs = [("the sweep file", sweep_file), *_base_inputs(spec)]
+        check_output(out_path, "--out", "a CSV table", CSV_SUFFIXES, inputs)
+        if parquet:
+            check_output(parquet, "--parquet", "a Parquet table", PARQUET_SUFFIXES,
+                         [*inputs, ("the --out table", out_path)])
         # a table that cannot be written should be said before the points run, not after
         for flag, target in (("--out", out_path), ("--parquet", parquet)):
             if target and not Path(target).resolve().parent.is_dir():

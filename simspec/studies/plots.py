@@ -44,6 +44,11 @@ MAX_LINES = 12
 INTERCONNECT_COLUMNS = ("hardware.interconnect", "interconnect")
 HYPOTHETICAL_COLUMN = "hypothetical_interconnect"
 HYPOTHETICAL_HATCH = "//"
+# the figures the plots read as numbers (empty on a failed point), and the inputs they put on an axis (numbers on
+# every point that ran; a failed point keeps whatever value the sweep tried)
+NUMERIC_FIGURES = ("tokens_per_s", "throughput_tokens_per_s", "speedup", *(f"breakdown_ms.{k}" for k in BREAKDOWN),
+                   "allreduce_token_us", "concurrency", "num_draft_tokens")
+NUMERIC_INPUTS = ("acceptance.accept_length", "speculative.num_draft_tokens")
 
 
 class Skip(Exception):
@@ -74,6 +79,35 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     if err is not None:
         mask &= err.isna() | (err.astype(str) == "")
     return df[mask]
+
+
+def check_table(df: pd.DataFrame, file: str, verb: str = "plot") -> pd.DataFrame:
+    """The table with its plotted columns as numbers; refused (InputError naming the file and the column) when a
+    cell there holds something else (an edited table), when it has no rows, or when every point failed: then
+    there is nothing to `verb`."""
+    import pandas as pd
+
+    if df.empty:
+        raise InputError(f"nothing to {verb}: the table has no rows", file=file)
+    df = df.copy()
+    checks = [(c, df) for c in NUMERIC_FIGURES if c in df.columns]
+    checks += [(c, ok_rows(df)) for c in NUMERIC_INPUTS if c in input_columns(df)]
+    for col, rows in checks:
+        values = rows[col]
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = values.notna() & (numbers.isna() | numbers.isin([float("inf"), float("-inf")]))
+        if bad.any():
+            i = bad.idxmax()
+            empty = " (or an empty cell, on a failed point)" if col in NUMERIC_FIGURES else ""
+            raise InputError(f"{str(values[i])!r} at point {df.loc[i, 'point']} is not a finite number; allowed:"
+                             f" a finite number{empty}", file=file, key=col)
+        if col in NUMERIC_FIGURES:
+            df[col] = numbers
+    if ok_rows(df).empty:
+        errors = [e for e in df["error"].dropna().astype(str) if e]
+        why = f"; the first: {errors[0]}" if errors else " (no point has a tokens_per_s figure)"
+        raise InputError(f"nothing to {verb}: every point failed ({len(df)} of {len(df)}){why}", file=file)
+    return df
 
 
 def _key(df: pd.DataFrame, cols: Sequence[str]) -> pd.Series:
@@ -306,6 +340,7 @@ def iteration_breakdown(df: pd.DataFrame) -> Plot:
 
 def speedup_heatmap(df: pd.DataFrame) -> Plot:
     import numpy as np
+    import pandas as pd
     from matplotlib.colors import TwoSlopeNorm
 
     y_col = "acceptance.accept_length"
@@ -315,7 +350,8 @@ def speedup_heatmap(df: pd.DataFrame) -> Plot:
     if x_col is None:
         raise Skip("no num_draft_tokens column")
     _need(df, ("speedup",))
-    rows = df[df[x_col].notna() & df[y_col].notna()]
+    # a failed point may hold a value that is no number (the sweep tried it): it has no cell
+    rows = df[pd.to_numeric(df[x_col], errors="coerce").notna() & pd.to_numeric(df[y_col], errors="coerce").notna()]
     if rows[x_col].nunique() < 2 or rows[y_col].nunique() < 2:
         raise Skip("needs at least two num_draft_tokens and two accept_length values")
     extras = extra_inputs(rows, [x_col, y_col])
