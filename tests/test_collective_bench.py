@@ -144,7 +144,11 @@ def test_fit_and_table_errors(tmp_path):
     with pytest.raises(InputError) as e:
         fit_collective_curve([_s(8, 10.0, world=2), _s(8, 12.0, world=4)])
     assert e.value.key == "world_size"
-    assert fit_collective_curve([_s(8, 10.0, world=2), _s(8, 12.0, world=4)], world_size=4).measured_gpus == 4
+    assert fit_collective_curve([_s(8, 10.0, world=2), _s(8, 12.0, world=4), _s(1 << 20, 40.0, world=4)],
+                                world_size=4).measured_gpus == 4
+    with pytest.raises(InputError) as e:  # one message size: no latency and bandwidth to tell apart
+        fit_collective_curve([_s(8, 10.0), _s(8, 11.0)])
+    assert e.value.key == "bytes" and "at least 2 different sizes" in e.value.message
     with pytest.raises(InputError):
         fit_collective_curve([_s(8, 10.0, world=1)])
     with pytest.raises(InputError) as e:

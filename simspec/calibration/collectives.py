@@ -30,6 +30,9 @@ _NCCL_GRAPH = re.compile(r"graph:\s*(?P<graph>\d+)")
 _NCCL_RANK = re.compile(r"^#\s+Rank\s+\d+\s")
 _NCCL_OP = re.compile(r"(?:Collective test starting:\s*)?(?P<op>all_reduce|all_gather|reduce_scatter|alltoall|"
                       r"broadcast|reduce|sendrecv)_perf")
+# A curve is a latency (its flat start below the first point) and a bandwidth (its slope, and the bus bandwidth
+# that prices messages past the last point): one message size pins neither apart from the other.
+MIN_SIZES = 2
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -214,6 +217,13 @@ def fit_collective_curve(samples: list[CollectiveSample], *, prefer_graph: bool 
     for s in chosen:
         by_size.setdefault(s.bytes, []).append(s.time_us)
     xs = sorted(by_size)
+    if len(xs) < MIN_SIZES:
+        kind = "inside a CUDA graph" if in_graph else "eager"
+        raise InputError(f"the all-reduce samples ({kind}, {world_size} ranks) have {len(xs)} message size"
+                         f"{'s' if len(xs) != 1 else ''} ({', '.join(map(str, xs))} B); a curve needs at least"
+                         f" {MIN_SIZES} different sizes: a small, latency-bound one and a large, bandwidth-bound one"
+                         " (sweep e.g. 1 KiB to 256 MiB, as collective_bench.py and all_reduce_perf -b 8 -e 256M"
+                         " -f 2 do)", key="bytes")
     medians = [statistics.median(by_size[x]) for x in xs]
     times = _isotonic(medians, [float(len(by_size[x])) for x in xs])
     points = [(float(x), float(t)) for x, t in zip(xs, times, strict=True)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import yaml
 from scipy.optimize import least_squares, minimize_scalar
 
 from simspec import presets
-from simspec.calibration.measurements import Measurements, RequestRecord, StepTime
+from simspec.calibration.measurements import Measurements, RequestRecord, ServerDescription, StepTime
 from simspec.errors import InputError
 from simspec.scenario.loader import (
     STARTUP_MEMORY_LIMIT,
@@ -56,6 +57,33 @@ PRIOR_SCALE = {"memory_bandwidth_efficiency": 0.15, "compute_efficiency": 0.15, 
 BOUNDS = {"memory_bandwidth_efficiency": (0.2, 1.0), "compute_efficiency": (0.1, 1.0), "scheduler_cpu_ms": (0.0, 50.0),
           "spec_cpu_ms": (0.0, 50.0), "spec_tree_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0),
           "scheduler_cpu_per_request_ms": (0.0, 5.0), "decode_per_request_us": (0.0, 5000.0)}
+# What a fit may end at. The bounds above are of two kinds. A zero floor of an additive time (an overhead, a
+# per-request term) is physical: the data may say the term is nil (hidden by overlap, or too small to see), and the
+# fit ending there is a reading. Every other bound (both ends of an efficiency: a fraction of peak a real kernel
+# neither exceeds nor falls far below; the top of each overhead: tens of ms of CPU per iteration) is the edge of
+# what a healthy server can be, and a fit ending there reports the bound's value, not the server's.
+PHYSICAL_FLOORS = {n for n, (lo, _) in BOUNDS.items() if lo == 0.0}
+# A fit ends at a bound when it lies within this fraction of the bound's range of it (least_squares' iterates are
+# strictly feasible, so a bound is approached, never met exactly).
+AT_BOUND = 1e-3
+# How far a fit may miss its own points: per batch size, the model at the fitted coefficients against the mean
+# measured there; the RMS over batch sizes, weighted by the iterations behind each mean. The free coefficients set
+# the step time's level (efficiency + one fixed overhead) and, with three or more batch sizes, its growth with the
+# batch, so at the batch sizes they were fitted to they reproduce the measured means up to the measurement's own
+# noise, the prior's pull (PRIOR_WEIGHT: one prior scale costs a 1% misfit) and the time model's shape between
+# batch sizes.
+# - A fit held at a bound that still reproduces its points within the timing noise of a measured step (10%: what
+#   the live round trip against the fake server allows, tests/test_calibrate_cli.py) had a direction the data
+#   leave flat settled by the bound, as the prior settles it otherwise: kept, the coefficient labelled as held at
+#   its bound. Missing by more than that noise while held means the bound stopped the fit: refused.
+# - Missing by more than FIT_MISS_LIMIT, bound or not, means the fit could not reach the data (held by bounds or
+#   by the prior, or the data do not move the model at all): the step times are not this model on this GPU, or
+#   not per-iteration times. Refused.
+BOUND_MISS_LIMIT = 0.10
+FIT_MISS_LIMIT = 0.25
+# A coefficient whose prior scale moves no modelled step time by this fraction is not measured by these step times:
+# whatever value it ends at is its prior's, and it is left out of the profile (the default stays, labelled so).
+MIN_SENSITIVITY = 1e-3
 
 
 @dataclass(frozen=True)
@@ -197,6 +225,10 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
         "model": model,
         "server": server,
     }
+    if box.drafter and s.algorithm not in ("eagle", "eagle3", "standalone"):
+        raise InputError(f"the server runs {'no speculative decoding' if s.algorithm == 'none' else s.algorithm},"
+                         " which takes no drafter preset; --drafter is for EAGLE, EAGLE-3 and standalone servers:"
+                         " leave it out", key="--drafter")
     if s.algorithm != "none":
         spec: dict[str, Any] = {"algorithm": s.algorithm}
         drafter = _drafter_for(meas, box, model)
@@ -234,6 +266,40 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
     }
     scenario["seed"] = 0
     return scenario
+
+
+# scenario keys a calibrate flag sets: an error about one names the flag
+_FLAG_OF_KEY = {"model": "--model", "speculative.drafter": "--drafter", "hardware.num_gpus": "--num-gpus",
+                "hardware.gpu": "--gpu", "hardware.interconnect": "--interconnect"}
+
+
+def resolve_calibrated(scenario: dict[str, Any], box: Box) -> ResolvedScenario:
+    """Resolve the scenario calibrate built; an error about a key a flag set names the flag (--model, not
+    `<calibrate>: model`)."""
+    try:
+        return resolve(parse_scenario(scenario, "<calibrate>"), "<calibrate>")
+    except InputError as err:
+        flag = next((f for k, f in _FLAG_OF_KEY.items() if err.key == k or (err.key or "").startswith(k + ".")),
+                    None)
+        if flag is None:
+            raise
+        raise InputError(err.message, key=flag) from None
+
+
+def check_box(server: ServerDescription, box: Box) -> None:
+    """Everything about the flags and the server description that fit() would refuse, checked before anything is
+    measured or written: tp known, --num-gpus = tp, the model and drafter presets (given or matched), the version,
+    the GPU/interconnect pairing. Acceptance is not known yet: a placeholder stands in for it."""
+    if server.tp is None:
+        raise InputError("the sources do not say the server's tp (no /server_info, no server_args log line);"
+                         " pass --tp", key="--tp")
+    if box.num_gpus is not None and box.num_gpus != server.tp:
+        raise InputError(f"{box.num_gpus} GPUs but the server runs tp {server.tp}: a profile describes one"
+                         f" tensor-parallel engine, so allowed is {server.tp} (or leave --num-gpus out)",
+                         key="--num-gpus")
+    probe = Measurements(server=server, accept_lengths=[1.0])
+    resolved = resolve_calibrated(build_scenario(probe, box, name="probe", concurrency=1), box)
+    _check_real_box(box, resolved.scenario.server.tp)
 
 
 def max_drafts_of(s: Any) -> int:
@@ -330,11 +396,13 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
         bootstrap: int = 200, seed: int = 0, host: str | None = None) -> Fit:
     """Fit a profile to the measurements and write the scenario that reproduces them."""
     if not meas.step_times and not meas.kernel_splits and collective_curve is None:
+        read = "; ".join(meas.sources)
         raise InputError("nothing to fit: the measurements hold no iteration times, no trace and no collective"
-                         " table (give --host, --from-log, --from-bench, --from-trace or --collectives)")
+                         " table (give --host, --from-log, --from-bench, --from-trace or --collectives)"
+                         + (f"; read: {read}" if read else ""), file=", ".join(source_files(meas.sources)) or None)
     concurrency = max((o.batch_size for o in meas.step_times), default=1)
     scenario = build_scenario(meas, box, name=name, concurrency=concurrency)
-    base = resolve(parse_scenario(scenario, "<calibrate>"), "<calibrate>")
+    base = resolve_calibrated(scenario, box)
     _check_real_box(box, base.scenario.server.tp)
     if collective_curve is not None:
         base = dataclasses.replace(base, all_reduce=collective_curve)
@@ -352,6 +420,15 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
         context = _context_per_request(meas)
         names = free_parameters(base, {o.batch_size for o in obs})
         best = _fit_once(base, names, obs, context)
+        held = _refuse_unfit(base, names, best, obs, context)
+        for n, b in held.items():
+            notes.append(f"{n} ended at its bound {b:g}: the fit reproduces the step times within"
+                         f" {BOUND_MISS_LIMIT:.0%} there, but the value is the bound's, not one the data pinned (the"
+                         " profile labels it so)")
+        unmeasured = _insensitive(base, names, best, obs, context)
+        for n in unmeasured:
+            notes.append(f"{n} does not move the modelled step times of these measurements: not fitted, the"
+                         " profile leaves it at its default")
         rng = np.random.default_rng(seed)
         draws = []
         if len(obs) >= 2 and bootstrap > 0:
@@ -365,14 +442,19 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
         what = (f"fitted by simspec calibrate ({today}) to {len(obs)} measured iteration times at batch sizes "
                 f"{', '.join(map(str, bsizes))}")
         for i, n in enumerate(names):
+            if n in unmeasured:
+                continue  # never a default labelled as fitted
             interval = None
             if draws:
                 col = np.array(draws)[:, i]
                 interval = (round(float(np.percentile(col, 2.5)), 6), round(float(np.percentile(col, 97.5)), 6))
             parameters[n] = (float(best[i]), interval)
-            coefficients[n] = Coefficient(value=round(float(best[i]), 6), source=what, interval_95=interval)
+            source = what if n not in held else (f"{what}; held there at its bound {held[n]:g}: the bound's value,"
+                                                 " not one the data pinned")
+            coefficients[n] = Coefficient(value=round(float(best[i]), 6), source=source, interval_95=interval)
         if not draws:
-            notes.append("one step-time observation: no bootstrap interval (measure more batch sizes)")
+            notes.append("one step-time observation: no bootstrap interval (measure more batch sizes)" if len(obs) < 2
+                         else "--bootstrap 0: no bootstrap interval")
         else:
             corr = np.corrcoef(np.array(draws).T) if len(names) > 1 else np.ones((1, 1))
             for i in range(len(names)):
@@ -403,6 +485,80 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
                           if draft_ms is not None else None),
     )
     return Fit(profile, scenario, parameters, residual_rows, notes)
+
+
+def source_files(sources: Sequence[str]) -> list[str]:
+    """The files (or servers) a list of sources / StepTime.source labels came from, each once, in order:
+    `log:server.log (N x ...)` -> server.log, `bench:b.jsonl line 3 (...)` -> b.jsonl, `live:http://h:1` as is."""
+    out: list[str] = []
+    for src in sources:
+        head = src.split(" (")[0]
+        kind, sep, rest = head.partition(":")
+        if sep and kind in ("log", "bench", "trace", "metrics", "collectives"):
+            head = rest.split(": ")[0]
+            head = re.sub(r" line \d+$", "", head)
+        if head not in out:
+            out.append(head)
+    return out
+
+
+def _refuse_unfit(rs: ResolvedScenario, names: list[str], best: np.ndarray, obs: list[StepTime],
+                  context: float) -> dict[str, float]:
+    """Refuse a fit that misses its own points by more than FIT_MISS_LIMIT, or by more than BOUND_MISS_LIMIT while
+    a coefficient is held at a bound other than a physical zero (PHYSICAL_FLOORS): its coefficients would describe
+    the bounds or the prior, not the server. Returns the coefficients held at such a bound (name -> bound) in a fit
+    that is kept."""
+    fitted = _with(rs, dict(zip(names, best, strict=True)), "fit")
+    pooled: dict[int, list[float]] = {}
+    for o in obs:
+        acc = pooled.setdefault(o.batch_size, [0.0, 0.0])
+        acc[0] += o.seconds * 1e3 * max(o.samples, 1)
+        acc[1] += max(o.samples, 1)
+    # per batch size, the model against the mean measured there; judged as the RMS weighted by the iterations each
+    # mean covers (what the fit itself minimises), so a batch size seen for a few transient iterations (a run's
+    # drain) weighs as little as it did in the fit
+    misses = {b: modelled_step_ms(fitted, b, context) / (t / n) - 1 for b, (t, n) in sorted(pooled.items())}
+    weights = {b: n for b, (_, n) in pooled.items()}
+    worst = math.sqrt(sum(weights[b] * m * m for b, m in misses.items()) / sum(weights.values()))
+    worst_b = max(misses, key=lambda b: abs(misses[b]))
+    held: dict[str, float] = {}
+    for n, x in zip(names, best, strict=True):
+        lo, hi = BOUNDS[n]
+        tol = AT_BOUND * (hi - lo)
+        if x <= lo + tol and n not in PHYSICAL_FLOORS:
+            held[n] = lo
+        elif x >= hi - tol:
+            held[n] = hi
+    limit = BOUND_MISS_LIMIT if held else FIT_MISS_LIMIT
+    if worst <= limit:
+        return held
+    shown = ", ".join(f"{t / n:.4g} ms at batch {b}" for b, (t, n) in sorted(pooled.items())[:4])
+    why = [f"{n} is held at its {'lower' if b == BOUNDS[n][0] else 'upper'} bound {b:g} (allowed {BOUNDS[n][0]:g}"
+           f" to {BOUNDS[n][1]:g})" for n, b in held.items()]
+    why.append(f"the fit misses its own points by {worst:.0%} RMS, {misses[worst_b] * 100:+.0f}% at batch {worst_b}"
+               f" (allowed {limit:.0%} RMS{' with a coefficient at a bound' if held else ''})")
+    raise InputError(f"measured step times ({shown}) cannot be fitted: {'; '.join(why)}. A {rs.scenario.model} step"
+                     f" on {rs.scenario.server.tp} x {rs.gpu.display_name} at the default coefficients takes"
+                     f" {modelled_step_ms(rs, worst_b, context):.4g} ms at batch {worst_b}: check the measurements are"
+                     " from this model and GPU (--model, --gpu, --tp) and are per-iteration times; no profile written",
+                     file=", ".join(source_files([o.source for o in obs])) or None, key="step times")
+
+
+def _insensitive(rs: ResolvedScenario, names: list[str], best: np.ndarray, obs: list[StepTime],
+                 context: float) -> set[str]:
+    """The coefficients whose prior scale moves no modelled step time by MIN_SENSITIVITY (relative)."""
+    values = dict(zip(names, best, strict=True))
+    batches = sorted({o.batch_size for o in obs})
+    here = np.array([modelled_step_ms(_with(rs, values, "fit"), b, context) for b in batches])
+    out = set()
+    for n in names:
+        lo, hi = BOUNDS[n]
+        step = PRIOR_SCALE[n] if values[n] + PRIOR_SCALE[n] <= hi else -PRIOR_SCALE[n]
+        moved = np.array([modelled_step_ms(_with(rs, values | {n: max(lo, values[n] + step)}, "fit"), b, context)
+                          for b in batches])
+        if np.max(np.abs(moved - here) / here) < MIN_SENSITIVITY:
+            out.add(n)
+    return out
 
 
 def _startup_memory(meas: Measurements, rs: ResolvedScenario, today: str,

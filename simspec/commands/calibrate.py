@@ -4,6 +4,7 @@ write a scenario that reproduces the server, and say how well the model then pre
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +29,30 @@ def _int_list(value: str, flag: str) -> list[int]:
         raise InputError(f"must be a comma-separated list of positive integers, e.g. 1,2,4,8 (got {value!r})",
                          key=flag)
     return sorted(set(out))
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _check_name(name: str) -> None:
+    """--name is a plain file stem: it becomes calibration/profiles/NAME.yaml, never a path elsewhere."""
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise InputError(f"{name!r} is not a plain profile name: allowed are letters, digits, '.', '_' and '-',"
+                         " starting with a letter or digit, without '..' or a path separator (use --out PATH to"
+                         " write elsewhere)", key="--name")
+
+
+def _check_presets(model: str | None, drafter: str | None) -> None:
+    """--model and --drafter name presets: checked before any file is read or anything measured."""
+    from simspec import presets
+
+    if model is not None and model not in presets.models():
+        raise InputError(f"unknown model preset {model!r}; known: {', '.join(sorted(presets.models()))}",
+                         key="--model")
+    if drafter is not None and drafter not in presets.drafters() and drafter not in presets.models():
+        raise InputError(f"unknown drafter preset {drafter!r}; known: EAGLE drafters"
+                         f" {', '.join(sorted(presets.drafters()))} (or, for a standalone draft model, a model"
+                         " preset)", key="--drafter")
 
 
 def _outputs(out: str | None, name: str) -> tuple[Path, Path, Path]:
@@ -251,7 +276,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     from rich.table import Table
 
     from simspec import presets
-    from simspec.calibration.fitting import Box, fit
+    from simspec.calibration.fitting import Box, check_box, fit
     from simspec.calibration.measurements import Measurements
 
     if not any((host, logs, benches, traces, metrics, collectives)):
@@ -269,37 +294,61 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         if value not in table:
             raise InputError(f"unknown preset {value!r}; known: {', '.join(sorted(table))}", key=flag)
     concurrencies = _int_list(concurrency_text, "--concurrency")
+    if name is not None:
+        _check_name(name)
+    _check_presets(model, drafter)
     if host and port and ":" not in host.split("//")[-1]:
         host = f"{host}:{port}"
 
     console = Console(stderr=True)
     meas = Measurements()
+    tp_said_by: str | None = None  # the first source that said the server's tp
+
+    def add(more: Measurements, path: str) -> Measurements:
+        nonlocal tp_said_by
+        if tp_said_by is None and more.server.tp is not None:
+            tp_said_by = path
+        return meas.merge(more)
+
     for path in logs:
         from simspec.calibration.sources import read_decode_log
-        meas = meas.merge(read_decode_log(path))
+        meas = add(read_decode_log(path), path)
     for path in benches:
         from simspec.calibration.sources import read_bench
-        meas = meas.merge(read_bench(path))
+        meas = add(read_bench(path), path)
     for path in traces:
         from simspec.calibration.sources import read_traces
-        meas = meas.merge(read_traces(path))
+        meas = add(read_traces(path), path)
     for path in metrics:
         from simspec.calibration.sources import read_metrics
-        meas = meas.merge(read_metrics(path))
+        meas = add(read_metrics(path), path)
     curve = None
     if collectives:
         from simspec.calibration.collectives import fit_collective_table, read_collectives
-        meas = meas.merge(read_collectives(collectives))
+        meas = add(read_collectives(collectives), collectives)
         curve = fit_collective_table(collectives)
     if tp is not None and meas.server.tp is None:
         meas = meas.model_copy(update={"server": meas.server.model_copy(update={"tp": tp})})
+    elif tp is not None and meas.server.tp != tp:
+        raise InputError(f"{tp} but the server ran tp {meas.server.tp} (as read from {tp_said_by}):"
+                         " --tp is for sources that do not say; leave it out, or give files from the server meant",
+                         key="--tp")
 
     # the profile's name needs the server's description: ask it first when live
     live_server = None
     if host:
         from simspec.calibration.live import describe_server
         live_server = describe_server(host, timeout=min(timeout, 30.0))
-    server = live_server or meas.server
+        if tp is not None and live_server.tp is not None and live_server.tp != tp:
+            raise InputError(f"{tp} but the server at {host} reports tp {live_server.tp} (/server_info):"
+                             " --tp is for sources that do not say; leave it out", key="--tp")
+    # the server as the fit will see it: live first, the files fill its gaps
+    server = Measurements(server=live_server).merge(meas).server if live_server else meas.server
+    if server.tp is None and tp is not None:
+        server = server.model_copy(update={"tp": tp})
+    box = Box(gpu=gpu, interconnect=interconnect, num_gpus=num_gpus, model=model, drafter=drafter)
+    # every flag and the server description checked before anything is measured or written
+    check_box(server, box)
     algorithm = server.algorithm if server else "none"
     if name is None:
         model_name = model or (server.model_path or "model").rstrip("/").split("/")[-1].lower()
@@ -328,14 +377,27 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
             live = live.merge(read_traces(found))
         # live measurements first: the server's own description wins over what files said
         meas = live.merge(meas)
-    try:
-        meas.save(measurements_path)
-        outputs_path = _write_outputs(meas, profile_path)
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(measurements_path), key="--out") from None
 
-    result = fit(meas, Box(gpu=gpu, interconnect=interconnect, num_gpus=num_gpus, model=model, drafter=drafter),
-                 name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
+    def save() -> Path | None:
+        try:
+            meas.save(measurements_path)
+            return _write_outputs(meas, profile_path)
+        except OSError as exc:
+            raise InputError(f"cannot write: {exc.strerror or exc}", file=str(measurements_path),
+                             key="--out") from None
+
+    if host:
+        # a live run's measurements are work: saved before the fit can refuse them (--resume refits them)
+        outputs_path = save()
+        try:
+            result = fit(meas, box, name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
+        except InputError as err:
+            raise InputError(f"{err.message} (the measurements are saved in {measurements_path}: re-run with"
+                             " --resume to fit them again)", file=err.file, key=err.key) from None
+    else:
+        # offline, the files are the evidence: a refused fit writes nothing, so a corrected re-run needs no --force
+        result = fit(meas, box, name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
+        outputs_path = save()
     profile_data = result.profile.model_dump(exclude_none=True, mode="json")
     _write_yaml(profile_path, profile_data,
                 "# Written by simspec calibrate. Fitted figures carry their 95% bootstrap interval and evidence;\n"

@@ -46,6 +46,8 @@ from simspec.calibration.sources.common import (
 )
 from simspec.errors import InputError
 
+_DECODE_SKIP = "decode line: "  # how a skipped decode-log line's reason starts
+
 DEFAULT_DECODE_LOG_INTERVAL = 40  # ServerArgs.decode_log_interval in 0.5.8-0.5.23
 
 _PREFIX = re.compile(r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](?P<ms>\d{1,6}))?"
@@ -122,7 +124,9 @@ def _decode_line(n: int, line: str, idx: int) -> DecodeLine:
     gen = fields.get("gen throughput (token/s)")
     if not isinstance(running, int) or isinstance(running, bool) or running < 0:
         raise ValueError("no '#running-req: <int>'")
-    if not isinstance(gen, int | float) or isinstance(gen, bool) or not math.isfinite(gen) or gen < 0:
+    if isinstance(gen, int | float) and not isinstance(gen, bool) and not (math.isfinite(gen) and gen >= 0):
+        raise ValueError(f"'gen throughput (token/s)' is {gen}: allowed is a finite number >= 0")
+    if not isinstance(gen, int | float) or isinstance(gen, bool):
         raise ValueError("no 'gen throughput (token/s): <number>'")
     accept = fields.get("accept len")
     if accept is not None and (not isinstance(accept, int | float) or isinstance(accept, bool)
@@ -159,7 +163,7 @@ def parse_log_lines(path: str | Path
             try:
                 d = _decode_line(n, line, idx)
             except ValueError as err:
-                skipped.append((f"line {n}", str(err)))
+                skipped.append((f"line {n}", f"{_DECODE_SKIP}{err}"))
                 continue
             prev = last_kind.get(d.rank)
             d.clean = prev == ("decode", d.running)
@@ -204,6 +208,12 @@ def read_decode_log(path: str | Path, *, decode_log_interval: int | None = None)
         raise InputError("no SGLang decode-log line ('Decode batch, #running-req: N, ..., gen throughput "
                          "(token/s): X, ...') and no 'server_args=' line found" + (f" ({why})" if why else ""),
                          file=file, key=where if skipped else None)
+    decode_skips = [(where, why) for where, why in skipped if why.startswith(_DECODE_SKIP)]
+    if not decodes and decode_skips:
+        # decode lines there, none readable: the log's timings are broken, not absent; say where and why
+        where, why = decode_skips[0]
+        raise InputError(f"none of the {len(decode_skips)} decode-log lines is readable, so the log gives no step"
+                         f" time or throughput; the first: {why.removeprefix(_DECODE_SKIP)}", file=file, key=where)
     server = server_description_from_args(args, file=file) if args is not None else ServerDescription()
     if decode_log_interval is None:
         interval = args.get("decode_log_interval") if args else None

@@ -76,9 +76,20 @@ def parse_metrics_text(text: str, *, file: str | None = None) -> tuple[Samples, 
                     continue
                 out[sample_key(s.name, dict(s.labels))] = float(s.value)
     except (ValueError, TypeError, IndexError, KeyError) as err:
-        raise InputError(f"not Prometheus text exposition format ('name{{label=\"value\"}} number' lines): {err}",
+        why = str(err)
+        why = ascii(why[:120] + ("..." if len(why) > 120 else ""))[1:-1]  # quoted input: short and printable
+        raise InputError(f"not Prometheus text exposition format ('name{{label=\"value\"}} number' lines): {why}",
                          file=file, key=_bad_line(text)) from None
     return out, dropped
+
+
+def _binary_line(text: str) -> int | None:
+    """The first line holding what Prometheus text (UTF-8) never does: an undecodable byte (open_text replaced it
+    with U+FFFD) or a control character other than tab and line ends; None for a text file."""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if any(c == "\ufffd" or (ord(c) < 32 and c not in "\t\r\n") or ord(c) == 127 for c in line):
+            return n
+    return None
 
 
 def _bad_line(text: str) -> str | None:
@@ -99,7 +110,13 @@ def _bad_line(text: str) -> str | None:
 def read_metrics(path: str | Path) -> Measurements:
     """A saved `/metrics` scrape (e.g. `curl host:port/metrics > m.prom`) -> Measurements.prometheus."""
     file = str(path)
-    samples, dropped = parse_metrics_text("".join(open_text(path)), file=file)
+    text = "".join(open_text(path))
+    binary = _binary_line(text)
+    if binary is not None:
+        raise InputError("not Prometheus text: the file holds binary data (bytes that are not UTF-8 text, or control"
+                         " characters); save the scrape as text, e.g. curl HOST:PORT/metrics > metrics.prom",
+                         file=file, key=f"line {binary}")
+    samples, dropped = parse_metrics_text(text, file=file)
     if not any(k.startswith("sglang:") for k in samples):
         raise InputError("no sglang:* metric found (is the server started with --enable-metrics?)", file=file)
     note = f", {dropped} non-finite samples left out" if dropped else ""
