@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictBool, StrictFloat, ValidationError
 
 from simspec.errors import InputError
 from simspec.scenario.reading import read_yaml, validation_error
@@ -43,7 +43,7 @@ class Source(StrictModel):
 
 class Measured(StrictModel):
     metric: Metric
-    value: float = Field(gt=0)
+    value: StrictFloat = Field(gt=0)
 
 
 class Alternative(StrictModel):
@@ -59,7 +59,7 @@ class Case(StrictModel):
     id: str
     title: str
     source: Source
-    fitted: bool
+    fitted: StrictBool
     measured: Measured
     assumptions: list[str] = Field(default_factory=list)
     scenario: dict[str, Any]
@@ -235,6 +235,7 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
 
 
 RECORDED = "recorded.yaml"
+RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct")
 
 
 def suite_root(directory: str | Path) -> Path:
@@ -252,8 +253,16 @@ def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> fl
     if not path.exists():
         return None
     data = read_yaml(path)
-    if key not in data and key != "mape_not_fitted_pct":
-        return None
+    unknown = [k for k in data if k not in RECORDED_KEYS]
+    if unknown:
+        raise InputError(f"unknown key; allowed keys: {', '.join(RECORDED_KEYS)} (the cases' non-fitted and the kernel"
+                         " tables' mean error; `simspec validate DIR --record` writes them)", file=str(path),
+                         key=str(unknown[0]))
+    if key not in data:
+        if key != "mape_not_fitted_pct":
+            return None
+        raise InputError("required key is missing; record it with `simspec validate DIR --record`",
+                         file=str(path), key=key)
     value = data.get(key)
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
         raise InputError("must be a non-negative number", file=str(path), key=key)

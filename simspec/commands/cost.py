@@ -80,15 +80,24 @@ def _generation_rate(path: str, overrides: list[str], concurrency: int) -> tuple
     """Predicted no-speculation throughput of this box at closed-loop `concurrency` (a data-generation job)."""
     from simspec.analysis.metrics import summarize
     from simspec.scenario.loader import load_scenario
+    from simspec.scenario.schema import MAX_CONCURRENCY, MAX_REQUESTS
     from simspec.simulate import run
     from simspec.workload import whole_conversations
 
     rs = load_scenario(path, overrides)
     turns = rs.scenario.workload.turns  # keep the conversations' turns
     requests = whole_conversations(rs.scenario.workload.num_requests, concurrency, turns)
-    gen = load_scenario(path, [*overrides, "speculative={algorithm: none}", "acceptance=",
-                               f"workload.arrival={{type: closed, concurrency: {concurrency}, turns: {turns}}}",
-                               f"workload.num_requests={requests}"])
+    if requests > MAX_REQUESTS:
+        raise InputError(f"{concurrency:,} clients with whole conversations of {turns} turns need {requests:,}"
+                         f" requests, more than the {MAX_REQUESTS:,} a workload may have; allowed: 1.."
+                         f"{min(MAX_CONCURRENCY, MAX_REQUESTS // turns):,}", file=path, key="--gen-concurrency")
+    try:
+        gen = load_scenario(path, [*overrides, "speculative={algorithm: none}", "acceptance=",
+                                   f"workload.arrival={{type: closed, concurrency: {concurrency}, turns: {turns}}}",
+                                   f"workload.num_requests={requests}"])
+    except InputError as err:  # the scenario itself loaded above: what fails is the flag's data-generation run
+        raise InputError(f"the no-speculation run at concurrency {concurrency:,} cannot be simulated"
+                         f" ({err.key or 'scenario'}: {err.message})", file=path, key="--gen-concurrency") from None
     tput = float(summarize(run(gen))["throughput_tokens_per_s"])
     return tput, (f"predicted no-speculation throughput of this box, closed loop, concurrency {concurrency}"
                   f" (--gen-concurrency), {requests} requests of this workload")
@@ -118,6 +127,7 @@ def cost(scenario_file: str, price: str | None, train_tokens: str | None, train_
     from simspec.cli import fail, null_non_finite
     from simspec.predict import predict
     from simspec.scenario.loader import load_scenario
+    from simspec.scenario.schema import MAX_CONCURRENCY
     from simspec.studies.cost import check_inputs, cost_figures
 
     try:
@@ -130,8 +140,9 @@ def cost(scenario_file: str, price: str | None, train_tokens: str | None, train_
         gpus = _number(train_gpus, "--train-gpus", integer=True)
         gpus = None if gpus is None else int(gpus)
         concurrency = _number(gen_concurrency, "--gen-concurrency", integer=True)
-        if concurrency is not None and concurrency < 1:
-            raise InputError(f"--gen-concurrency must be at least 1, got {gen_concurrency}")
+        if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise InputError(f"the closed-loop clients of the data-generation run: allowed 1..{MAX_CONCURRENCY:,},"
+                             f" got {gen_concurrency}", file=scenario_file, key="--gen-concurrency")
         if gen_throughput is not None and concurrency is not None:
             raise InputError("give --gen-throughput or --gen-concurrency, not both")
         check_inputs(train_gpus=gpus, **numbers)

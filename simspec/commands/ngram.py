@@ -126,6 +126,7 @@ def ngram(corpus: str, tokenizer: str | None, concurrency: str, num_draft_tokens
             raise InputError(f"expected auto, compiled or literal, got {engine!r}", key="--engine")
         grid = _parse_sweeps(sweeps)
         runs = _plan(base, grid)
+        _check_windows_apply(click.get_current_context(), grid, runs)
         from simspec.ngram import load_corpus
 
         sequences, tokenization = load_corpus(corpus, tokenizer)
@@ -146,6 +147,27 @@ def ngram(corpus: str, tokenizer: str | None, concurrency: str, num_draft_tokens
     _render(corpus, tokenization, sequences, results, swept, grid, n_rows)
 
 
+WINDOW_KEYS = ("min_match_window_size", "max_match_window_size")
+WINDOW_VERSION = "0.5.8"  # the one release read whose drafter has match windows (simspec/ngram/config.py)
+
+
+def _check_windows_apply(ctx: click.Context, grid: dict[str, list[Any]], runs: list) -> None:
+    """A match-window size given (an option or a --sweep) where no replay follows 0.5.8 would change nothing: an
+    error, not a setting shown as if it had been used."""
+    if any(cfg.sglang_version == WINDOW_VERSION for cfg, _, _ in runs):
+        return
+    for key in WINDOW_KEYS:
+        if key in grid:
+            where = f"--sweep {key}={','.join(map(str, grid[key]))}"
+        elif ctx.get_parameter_source(key) is not click.core.ParameterSource.DEFAULT:
+            where = _option(key)
+        else:
+            continue
+        versions = ", ".join(sorted({cfg.sglang_version for cfg, _, _ in runs}))
+        raise InputError(f"applies only to --sglang-version {WINDOW_VERSION}: SGLang {versions} matches every suffix"
+                         f" depth and has no match window; drop it, or replay {WINDOW_VERSION}", key=where)
+
+
 def _plan(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[tuple[Any, int, dict[str, Any]]]:
     """Every combination of the swept values, each as (NgramConfig, concurrency, the swept values)."""
     from simspec.ngram import NgramConfig
@@ -156,6 +178,9 @@ def _plan(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[tuple[Any, i
         swept = dict(zip(keys, combo, strict=True))
         settings = {**base, **swept}
         conc = settings.pop("concurrency")
+        if settings["sglang_version"] != WINDOW_VERSION and not any(k in swept for k in WINDOW_KEYS):
+            for k in WINDOW_KEYS:  # unused by this release: keep them out of its label (a sweep lists its own)
+                settings.pop(k)
         if isinstance(conc, bool) or conc < 1:
             where = f"--sweep concurrency={','.join(map(str, grid['concurrency']))}" if "concurrency" in swept \
                 else "--concurrency"

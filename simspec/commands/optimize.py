@@ -70,6 +70,11 @@ def optimize(scenario_file: str, concurrency_text: str | None, objective: str, m
         tpot = _positive_ms(max_tpot_ms, "--max-tpot-ms")
         if itl is not None and tpot is not None:
             raise InputError("give --max-itl-ms or --max-tpot-ms, not both")
+        given = click.get_current_context().get_parameter_source("latency_stat")
+        if itl is None and tpot is None and given is not click.core.ParameterSource.DEFAULT:
+            raise InputError(f"--latency-stat {latency_stat} picks the statistic a latency bound applies to, and no"
+                             " bound is given: add --max-itl-ms MS or --max-tpot-ms MS, or drop --latency-stat",
+                             key="--latency-stat")
         concurrencies = study.parse_concurrency(concurrency_text) if concurrency_text is not None else None
         algorithms = study.parse_algorithms(algorithms_text) if algorithms_text is not None else None
         max_steps = _whole(max_steps_text, "--max-steps")

@@ -55,6 +55,10 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 raise InputError(f"{folder} is not an existing folder", file=plot_path, key="--plot")
             if not os.access(folder, os.W_OK):
                 raise InputError(f"{folder} is not writable", file=plot_path, key="--plot")
+        if check and not (v.suite_root(directory) / v.RECORDED).exists():  # said before minutes of predicting
+            recorded_path = v.suite_root(directory) / v.RECORDED
+            raise InputError(f"no recorded figure to check against: {recorded_path} does not exist; record one with"
+                             f" `simspec validate {directory} --record`", file=str(recorded_path), key="--check")
         files = v.case_files(directory)
         with Progress(transient=True, disable=as_json, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
@@ -75,6 +79,10 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         if record and Path(directory).is_file():
             raise InputError("--record records the whole suite's error: give the suite directory, not one case",
                              file=directory, key="--record")
+        failed = [r for r in results if r.failure is not None]
+        if record and failed:  # the mean of the cases that did predict would flatter the model
+            raise InputError(f"refusing to record: {_failed_text(failed)}; the mean would leave them out: fix or"
+                             " remove them first (nothing was written)", file=str(root / v.RECORDED), key="--record")
     except InputError as err:
         fail(err)
         return
@@ -206,5 +214,14 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 click.echo(f"wrote {plot_path}", err=True)
     if check and summary["regressed"]:
         sys.exit(EXIT_REGRESSED)
+    if failed:  # without --check a case that cannot be predicted is bad input (with it, a regression: exit 1)
+        fail(InputError(_failed_text(failed)))
     if plot_failed:
         sys.exit(2)
+
+
+def _failed_text(failed: list) -> str:
+    """The failed cases for an error line: the first with its reason (file, key path, what is wrong), the rest
+    by file."""
+    more = f"; {len(failed) - 1} more failed: {', '.join(r.file for r in failed[1:])}" if len(failed) > 1 else ""
+    return f"{len(failed)} case(s) cannot be predicted: {failed[0].failure}{more}"

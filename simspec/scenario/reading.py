@@ -15,6 +15,48 @@ from pydantic import BaseModel, ValidationError
 from simspec.errors import InputError
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping giving one key twice is an error (PyYAML keeps the last one,
+    silently dropping the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: the mapping's own keys override it
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: construct_mapping below says so
+                continue
+            if first is not None:
+                raise DuplicateKeyError(key, first, key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark):
+        super().__init__(f"key {key!r} given twice (line {first.line + 1} and line {again.line + 1})")
+        self.key = key
+        self.first = first
+        self.again = again
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """YAML text as Python data, through the one loader every user file goes through: a syntax error or a key
+    given twice in one mapping is an InputError naming the file and the line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506  # a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise InputError(f"given twice in one mapping (line {exc.first.line + 1} and line {exc.again.line + 1});"
+                         " keep one: YAML would silently drop the first", file=file, key=str(exc.key)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", file=file) from None
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
@@ -25,12 +67,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise InputError(f"not UTF-8 text (byte {exc.start}); save it as UTF-8", file=str(path)) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", file=str(path)) from None
+    data = parse_yaml(text, str(path))
     if not isinstance(data, dict):
         raise InputError("must be a YAML mapping of keys to values", file=str(path))
     return data
@@ -52,7 +89,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
         if not sep or not key:
             raise InputError(f"--set expects key.path=value, got {item!r}", file=file)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None  # noqa: S506  # SafeLoader
+        except DuplicateKeyError as exc:
+            raise InputError(f"--set value {raw!r} gives {exc.key!r} twice; keep one", file=file, key=key) from None
         except yaml.YAMLError:
             raise InputError(f"--set value {raw!r} is not a valid YAML scalar", file=file, key=key) from None
         set_field(out, key, value, file)
@@ -122,6 +161,20 @@ def _key_path(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
     return ".".join(parts)
 
 
+_STRICT_TYPES = {"float_type": "the number", "int_type": "the number", "bool_type": "true or false"}
+
+
+def error_text(err: Any) -> str:
+    """One of pydantic's errors (an item of ValidationError.errors()) as the text after the key path."""
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    if err["type"] not in ("model_type", "value_error") and not isinstance(got, dict | list):
+        msg = f"{msg} (got {got!r})"
+    if err["type"] in _STRICT_TYPES and isinstance(got, str):  # YAML read it as text: it was quoted
+        msg += f"; a quoted value is text: write {_STRICT_TYPES[err['type']]} without quotes"
+    return msg
+
+
 def validation_error(exc: ValidationError, file: str, root: type[BaseModel]) -> InputError:
     """Turn pydantic's report into one InputError per the first problem, with allowed values spelled out."""
     lines = []
@@ -135,11 +188,7 @@ def validation_error(exc: ValidationError, file: str, root: type[BaseModel]) -> 
         elif err["type"] == "missing":
             lines.append((key, "required key is missing"))
         else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            if err["type"] not in ("model_type", "value_error") and not isinstance(got, dict | list):
-                msg = f"{msg} (got {got!r})"
-            lines.append((key, msg))
+            lines.append((key, error_text(err)))
     key, msg = lines[0]
     more = f" (and {len(lines) - 1} more problem(s): " + "; ".join(f"{k}: {m}" for k, m in lines[1:]) + ")" \
         if len(lines) > 1 else ""

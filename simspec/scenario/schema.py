@@ -6,9 +6,10 @@ tree) live in loader.py, which knows the presets; this module only checks what a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from simspec.scenario.releases import MODELLED_TEXT, VERSION_PATTERN, minor_patch
 
@@ -20,6 +21,8 @@ ACCEPTANCE_FORMS = ("accept_length", "chain_rates", "cumulative_rates", "positio
                     "ngram_replay")
 
 MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
+MAX_CONCURRENCY = 100_000  # most clients a closed loop may have
+MAX_REQUESTS = 10_000_000  # most requests a workload may have
 
 
 class StrictModel(BaseModel):
@@ -27,6 +30,18 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+
+
+def _version_form(value: Any) -> Any:
+    """An SGLang version's form, with the modelled releases spelled out (pydantic's own report gives neither)."""
+    if isinstance(value, str) and re.match(VERSION_PATTERN, value):
+        return value
+    quote = (" (YAML reads an unquoted version with one dot as a number: quote it, e.g. '0.5.10')"
+             if isinstance(value, int | float) and not isinstance(value, bool) else "")
+    raise ValueError(f"{value!r} is not an SGLang version 0.M.P[.postN]{quote}; allowed: {MODELLED_TEXT}")
+
+
+SglangVersion = Annotated[str, BeforeValidator(_version_form)]
 
 
 class Hardware(StrictModel):
@@ -39,19 +54,19 @@ class Server(StrictModel):
     """SGLang server settings that change the time of an iteration."""
 
     tp: StrictInt = Field(ge=1, le=64, description="tensor-parallel degree")
-    sglang_version: str = Field(default="0.5.10", pattern=VERSION_PATTERN,
+    sglang_version: SglangVersion = Field(default="0.5.10", pattern=VERSION_PATTERN,
                                 description="modelled: " + MODELLED_TEXT + " (simspec/scenario/releases.py)")
-    cuda_graph: bool = True
+    cuda_graph: StrictBool = True
     cuda_graph_max_bs: StrictInt | None = Field(default=None, ge=1, le=4096,
                                                 description="None = SGLang's default for the GPU memory and tp")
     max_running_requests: StrictInt | None = Field(default=None, ge=1)
     overlap_schedule: Literal["auto", "on", "off"] = "auto"
-    spec_v2: bool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
-    mem_fraction_static: float | None = Field(default=None, gt=0.0, le=1.0,
+    spec_v2: StrictBool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
+    mem_fraction_static: StrictFloat | None = Field(default=None, gt=0.0, le=1.0,
                                               description="None = SGLang's default for this GPU, tp and drafter")
     chunked_prefill_size: StrictInt | None = Field(default=None, ge=64,
                                                    description="None = SGLang's default for the GPU memory")
-    schedule_conservativeness: float = Field(
+    schedule_conservativeness: StrictFloat = Field(
         default=1.0, gt=0.0, le=100.0,
         description="--schedule-conservativeness: scales the share of running requests' outputs SGLang keeps free"
                     " in the KV cache when it admits new ones (simspec/engine/admission.py)")
@@ -92,7 +107,7 @@ class Speculative(StrictModel):
     topk: StrictInt | None = Field(default=None, ge=1, le=64)
     num_draft_tokens: StrictInt | None = Field(default=None, ge=2, le=1024)
     ngram: NgramSettings = NgramSettings()
-    hypothetical_mtp_head: bool = Field(
+    hypothetical_mtp_head: StrictBool = Field(
         default=False, description="model a trained NextN-style MTP head for a model that ships none"
     )
 
@@ -112,17 +127,17 @@ class Acceptance(StrictModel):
     accept_length counts the bonus token, as SGLang does: 1.0 means no gain.
     """
 
-    accept_length: float | None = Field(default=None, ge=1.0)
-    chain_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+    accept_length: StrictFloat | None = Field(default=None, ge=1.0)
+    chain_rates: list[Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None, min_length=1, description="conditional P(accept draft i | drafts < i accepted)"
     )
-    cumulative_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+    cumulative_rates: list[Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None, min_length=1, description="marginal P(draft i accepted), as papers publish them"
     )
-    positional_rates: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+    positional_rates: list[Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None, min_length=1, description="tree: P(target token is the draft's rank-r candidate)"
     )
-    histogram: list[Annotated[float, Field(ge=0.0, le=1e15)]] | None = Field(
+    histogram: list[Annotated[StrictFloat, Field(ge=0.0, le=1e15)]] | None = Field(
         default=None, min_length=1, description="verify steps that accepted k = 0, 1, ... drafts"
     )
     ngram_replay: NgramReplay | None = Field(
@@ -163,15 +178,15 @@ class LengthDistribution(StrictModel):
     value: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
     low: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
     high: StrictInt | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    mean: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
-    std: float | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    mean: StrictFloat | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    std: StrictFloat | None = Field(default=None, ge=0, le=MAX_TOKENS)
     min: StrictInt = Field(default=1, ge=1, le=MAX_TOKENS)
     max: StrictInt = Field(default=MAX_TOKENS, ge=1, le=MAX_TOKENS)
     # bench_serving_random only
-    range_ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="--random-range-ratio (bench_serving's"
+    range_ratio: StrictFloat = Field(default=0.0, ge=0.0, le=1.0, description="--random-range-ratio (bench_serving's"
                                                                          " default 0.0)")
     seed: StrictInt = Field(default=1, ge=0, le=2**32 - 1, description="--seed (bench_serving's default 1)")
-    zero_floor: bool = Field(
+    zero_floor: StrictBool = Field(
         default=False, description="output lengths of bench_serving before SGLang 0.5.8, which draws them from"
                                    " int(value x range_ratio) (0 at the default ratio) where 0.5.8's"
                                    " compute_random_lens draws from at least 1: the draws differ from the first one")
@@ -217,7 +232,7 @@ class ClosedLoop(StrictModel):
     computes the new message alone, attending to the rest (as a chat client resending the whole history does)."""
 
     type: Literal["closed"]
-    concurrency: StrictInt = Field(ge=1, le=100_000)
+    concurrency: StrictInt = Field(ge=1, le=MAX_CONCURRENCY)
     turns: StrictInt = Field(default=1, ge=1, le=1000, description="requests per conversation (num_requests must"
                                                                     " be a multiple)")
     followup_tokens: LengthDistribution | None = Field(
@@ -238,12 +253,12 @@ class Poisson(StrictModel):
     """Open-loop Poisson arrivals."""
 
     type: Literal["poisson"]
-    rate_per_s: float = Field(ge=1e-6, le=1e6)
+    rate_per_s: StrictFloat = Field(ge=1e-6, le=1e6)
 
 
 class Workload(StrictModel):
     arrival: ClosedLoop | Poisson = Field(discriminator="type")
-    num_requests: StrictInt = Field(ge=1, le=10_000_000)
+    num_requests: StrictInt = Field(ge=1, le=MAX_REQUESTS)
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
     shared_prefix_tokens: StrictInt = Field(

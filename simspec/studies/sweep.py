@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 
 SWEEP_KEYS = ("name", "description", "base", "scenario", "setups", "points", "grid")
 BACKENDS = ("local", "ray")
+RAY_ADDRESS_WORDS = ("auto", "local")
+RAY_CONNECT_TIMEOUT_S = 10.0  # how long --address gets to accept a connection before the sweep gives up
+ADDRESS_FORMS = ("expected host:port of a running Ray head's GCS (`ray start --head` prints it, port 6379 by default),"
+                 " ray://host:port (Ray Client), 'auto' (the cluster this machine runs or RAY_ADDRESS names) or"
+                 " 'local' (start one here)")
 FIXED_COLUMNS = ("point", "setup", "error")
 # predict()'s entries that are not figures of one point
 _SKIPPED_RESULT_KEYS = ("sources",)
@@ -99,8 +104,9 @@ def _schema_models(annotation: Any) -> tuple[Any, ...]:
     return ()
 
 
-def check_field_path(path: Any, file: str, key: str) -> str:
-    """A scenario field path as `--set` takes it (`workload.arrival.concurrency`), checked against the schema."""
+def _path_fields(path: Any, file: str, key: str) -> list[Any]:
+    """The schema fields (pydantic FieldInfo) a `--set` field path names: one, or several where a union's members
+    share the name (workload.arrival.type); InputError naming `key` when the path is not a scenario field."""
     from simspec.scenario.schema import Scenario
 
     if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
@@ -108,18 +114,49 @@ def check_field_path(path: Any, file: str, key: str) -> str:
                          key=key)
     parts = path.split(".")
     models: tuple[Any, ...] = (Scenario,)
+    fields: list[Any] = []
     for i, part in enumerate(parts):
         if not models:
             raise InputError(f"{'.'.join(parts[:i])} is a single value, not a section: set it whole", file=file,
                              key=key)
-        field = next((m.model_fields[part] for m in models if part in m.model_fields), None)
-        if field is None:
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
             allowed = sorted({f for m in models for f in m.model_fields})
             where = ".".join(parts[:i]) or "the top level of a scenario"
             raise InputError(f"unknown scenario field {part!r} in {where}; allowed there: {', '.join(allowed)}",
                              file=file, key=key)
-        models = _schema_models(field.annotation)
+        models = tuple(dict.fromkeys(m for f in fields for m in _schema_models(f.annotation)))
+    return fields
+
+
+def check_field_path(path: Any, file: str, key: str) -> str:
+    """A scenario field path as `--set` takes it (`workload.arrival.concurrency`), checked against the schema."""
+    _path_fields(path, file, key)
     return path
+
+
+def check_field_value(path: str, value: Any, file: str, key: str) -> None:
+    """The value a sweep gives a field path, checked against that field's own schema (its type and bounds; a
+    section given as a mapping, as that whole section) before anything runs. What depends on the other fields
+    (the tree fits the draft budget, the model fits the GPU) is checked per point when it runs."""
+    from typing import Annotated
+
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+    from simspec.scenario.reading import error_text
+
+    problems = []
+    for field in _path_fields(path, file, key):
+        holds_models = bool(_schema_models(field.annotation))  # models bring their own config
+        config = None if holds_models else ConfigDict(allow_inf_nan=False)
+        try:
+            TypeAdapter(Annotated[field.annotation, field], config=config).validate_python(value)
+            return
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{where}: {error_text(err)}" if where else error_text(err))
+    raise InputError(f"not a value {path} can take: {problems[0]}", file=file, key=key)
 
 
 def _changes(mapping: Any, file: str, key: str) -> tuple[tuple[str, Any], ...]:
@@ -128,7 +165,11 @@ def _changes(mapping: Any, file: str, key: str) -> tuple[tuple[str, Any], ...]:
     if not isinstance(mapping, dict):
         raise InputError(f"must be a mapping of field paths to values, got {type(mapping).__name__}", file=file,
                          key=key)
-    return tuple((check_field_path(k, file, f"{key}.{k}"), v) for k, v in mapping.items())
+    out = []
+    for k, v in mapping.items():
+        check_field_value(check_field_path(k, file, f"{key}.{k}"), v, file, f"{key}.{k}")
+        out.append((k, v))
+    return tuple(out)
 
 
 def apply_changes(data: dict[str, Any], changes: Sequence[tuple[str, Any] | str], file: str) -> dict[str, Any]:
@@ -226,6 +267,8 @@ def load_sweep(path: str | Path) -> Sweep:
             if k in point_fields:
                 raise InputError("is set by both `points` and `grid`: vary it in one of them", file=file,
                                  key=f"grid.{k}")
+            for i, value in enumerate(values):
+                check_field_value(k, value, file, f"grid.{k}[{i}]")
             grid_keys.append(k)
             grid_values.append(values)
 
@@ -409,7 +452,12 @@ def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Cal
     started = False
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=False)
+            _probe_ray_head(address)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError, TimeoutError) as err:
+                raise InputError(f"cannot connect to a Ray cluster at {address!r} ({err}); {ADDRESS_FORMS}",
+                                 key="--address") from None
         else:
             ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False, log_to_driver=False)
         started = True
@@ -428,11 +476,60 @@ def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Cal
             ray.shutdown()
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a `host:port` or `ray://host:port` address ([v6]:port too); None for another form."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or any(c.isspace() or c in "/[]@?#" for c in host) or not port.isdigit():
+        return None
+    return (host, int(port)) if 0 < int(port) < 65536 else None
+
+
+def check_address(address: str) -> None:
+    """A Ray address's form, before anything runs: ray's own parser answers a malformed one with a traceback."""
+    if address in RAY_ADDRESS_WORDS:
+        return
+    if _host_port(address) is None:
+        raise InputError(f"{address!r} is not a Ray address; {ADDRESS_FORMS}", key="--address")
+
+
+def _probe_ray_head(address: str) -> None:
+    """Fail fast on a host:port nothing answers on: ray.init retries an unreachable head for minutes."""
+    import socket
+
+    hp = _host_port(address)
+    if hp is None:  # "auto" or "local": ray finds (or starts) the cluster itself and says so when it cannot
+        return
+    try:
+        conn = socket.create_connection(hp, timeout=RAY_CONNECT_TIMEOUT_S)
+    except OSError as err:
+        reason = "timed out" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise InputError(f"nothing answers at {address!r} within {RAY_CONNECT_TIMEOUT_S:g} s ({reason}); is the Ray"
+                         f" head running there? {ADDRESS_FORMS}", key="--address") from None
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return  # a TLS head answers nothing to plain HTTP/2; ray.init's own checks apply
+        # Ray's GCS and its client server speak gRPC: HTTP/2 answers the connection preface with a SETTINGS frame.
+        # Something else listening there would leave ray.init retrying for minutes.
+        try:
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            reply = conn.recv(9)
+        except OSError:
+            reply = b""
+    if len(reply) < 4 or reply[3] != 0x04:
+        raise InputError(f"something answers at {address!r} but not as a Ray head (no gRPC reply within"
+                         f" {RAY_CONNECT_TIMEOUT_S:g} s); {ADDRESS_FORMS}", key="--address")
+
+
 def check_backend(backend: str, address: str | None) -> None:
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}", key="--backend")
     if address and backend != "ray":
         raise InputError("--address applies only to --backend ray", key="--address")
+    if address:
+        check_address(address)
 
 
 def run_points(sweep: Sweep, jobs: int | None = None, backend: str = "local", address: str | None = None,
