@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 from simspec.analysis.metrics import compare, compare_to_itself, summarize
+from simspec.errors import InputError
 from simspec.presets import interconnect_mismatch
 from simspec.scenario.loader import ResolvedScenario
 from simspec.simulate import SimulationResult, baseline_of, run
@@ -87,6 +88,17 @@ def _baseline_summary(rs: ResolvedScenario) -> dict:
             _BASELINES.pop(next(iter(_BASELINES)))
         _BASELINES[key] = hit
     return copy.deepcopy(hit)
+
+
+def check_decodes(rs: ResolvedScenario, sim: SimulationResult) -> None:
+    """Refuse a run in which no request decoded: a request's first output token comes from its prefill, so with
+    one output token each there is no decode step, and every decode figure (tokens/s, ITL, TPOT, speedup,
+    break-even) would be undefined. One request with two or more tokens is enough."""
+    out = sim.requests.output_tokens
+    if len(out) and int(out.max()) < 2:
+        raise InputError("every simulated request has 1 output token, which its prefill produces: no decode step, "
+                         "so no decode figure (tokens/s, ITL, speedup) exists; allowed: lengths that can reach at "
+                         "least 2 output tokens", file=rs.path, key="workload.output_tokens")
 
 
 def predict(rs: ResolvedScenario) -> dict:

@@ -101,7 +101,8 @@ def ngram(corpus: str, tokenizer: str | None, concurrency: str, num_draft_tokens
     """Replay SGLang's n-gram drafter over the outputs in CORPUS and print the accept-length histogram.
 
     CORPUS: a .jsonl file, one object per line with `output_ids` (and optionally `prompt_ids`/`input_ids`) or
-    `text` (and optionally `prompt`); or a plain text file, one request per blank-line-separated block. At
+    `text` (and optionally `prompt`) (a line with both is read as its `output_ids`, as SGLang's responses carry
+    both); or a plain text file, one request per blank-line-separated block. At
     temperature 0 the replay is exact: each step accepts the longest draft path that matches what the model
     produced next.
     """
@@ -171,6 +172,7 @@ def _check_windows_apply(ctx: click.Context, grid: dict[str, list[Any]], runs: l
 def _plan(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[tuple[Any, int, dict[str, Any]]]:
     """Every combination of the swept values, each as (NgramConfig, concurrency, the swept values)."""
     from simspec.ngram import NgramConfig
+    from simspec.ngram.config import MAX_DRAFT_TOKENS
 
     keys = list(grid)
     runs = []
@@ -186,6 +188,12 @@ def _plan(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[tuple[Any, i
                 else "--concurrency"
             raise InputError(f"must be >= 1, got {conc}", key=where)
         try:
+            n_draft = settings["num_draft_tokens"]
+            if isinstance(n_draft, int) and not 2 <= n_draft <= MAX_DRAFT_TOKENS:
+                # the scenario schema's range (speculative.num_draft_tokens): 1 is the root alone, nothing drafted
+                raise InputError(f"must be 2 .. {MAX_DRAFT_TOKENS}, as in a scenario (tokens verified per request, "
+                                 f"root included: SGLang's drafter needs >= 1, the root, and 1 drafts nothing), got "
+                                 f"{n_draft}", key="num_draft_tokens")
             cfg = NgramConfig(**{k: v for k, v in settings.items() if k in CONFIG_KEYS})
         except InputError as err:
             field = err.key or ""

@@ -29,6 +29,14 @@ from simspec.errors import InputError
 MATCH_TYPES = ("BFS", "PROB")
 VERSIONS = ("0.5.8", "0.5.10", "0.5.23")
 MAX_TOKEN_ID = 2**31 - 1  # SGLang hands token ids to the trie as int32
+# Upper bounds. SGLang's drafter (ngram.cpp's constructor, server_args.py) sets none on these flags, only lower
+# ones; these are simspec's practical limits, shared with the scenario schema (simspec/scenario/schema.py
+# Speculative.num_draft_tokens and NgramSettings). A verify step of more than 1024 tokens per request is past any
+# served configuration, and the replay allocates per draft token, breadth and depth, so larger values only
+# exhaust memory. Breadth above num_draft_tokens - 1 adds no node to a tree of at most num_draft_tokens.
+MAX_DRAFT_TOKENS = 1024
+MAX_BFS_BREADTH = 1024
+MAX_TRIE_DEPTH = 1024
 
 
 @dataclass(frozen=True)
@@ -61,14 +69,24 @@ class NgramConfig:
         if self.num_draft_tokens < 1:
             raise InputError(f"must be >= 1 (the verified tokens per request, root included), "
                              f"got {self.num_draft_tokens}", key="num_draft_tokens")
+        if self.num_draft_tokens > MAX_DRAFT_TOKENS:
+            raise InputError(f"must be <= {MAX_DRAFT_TOKENS} (simspec's limit on the verified tokens per request, "
+                             f"root included), got {self.num_draft_tokens}", key="num_draft_tokens")
         if self.min_bfs_breadth < 1:
             raise InputError(f"must be >= 1, got {self.min_bfs_breadth}", key="min_bfs_breadth")
+        if self.max_bfs_breadth > MAX_BFS_BREADTH:
+            raise InputError(f"must be 1 .. {MAX_BFS_BREADTH} (simspec's limit: SGLang sets none, and a draft tree "
+                             f"holds at most {MAX_DRAFT_TOKENS - 1} nodes besides its root), got "
+                             f"{self.max_bfs_breadth}", key="max_bfs_breadth")
         if self.min_bfs_breadth > self.max_bfs_breadth:
             raise InputError(f"min_bfs_breadth ({self.min_bfs_breadth}) must be <= max_bfs_breadth "
                              f"({self.max_bfs_breadth})", key="min_bfs_breadth")
         if self.max_trie_depth < 2:
             raise InputError(f"must be >= 2 (SGLang requires max_trie_depth > 1), got {self.max_trie_depth}",
                              key="max_trie_depth")
+        if self.max_trie_depth > MAX_TRIE_DEPTH:
+            raise InputError(f"must be 2 .. {MAX_TRIE_DEPTH} (simspec's limit: SGLang sets none; SGLang's default "
+                             f"is 18), got {self.max_trie_depth}", key="max_trie_depth")
         if self.match_type not in MATCH_TYPES:
             raise InputError(f"must be one of {', '.join(MATCH_TYPES)}, got {self.match_type!r}", key="match_type")
         if self.sglang_version not in VERSIONS:

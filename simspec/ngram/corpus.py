@@ -3,11 +3,14 @@
 Formats (picked by the file name):
 - `.jsonl` / `.ndjson` / `.json`: one JSON object per line (blank lines skipped). Token ids: `output_ids`
   (what `simspec calibrate` records), optionally `prompt_ids` or `input_ids` for the prompt (a line with
-  `output_ids` is read as ids, whatever text it also carries). Text: `text` (the output), optionally `prompt`
+  `output_ids` is read as ids, whatever `text` it also carries: SGLang's /generate responses carry both, for
+  the same output). Text: `text` (the output), optionally `prompt`
   (its prompt as text). Optional `id` or `name` labels the request. Other keys are
   ignored, so records with more fields can be fed as they are.
 - anything else: plain text, one document per block of lines separated by blank lines; each block is one
   request's output, with no prompt.
+- every request needs an output (an empty one is refused, naming its line), and at least one needs 2 tokens or
+  more: a request is verified only from its second output token on (the first comes from prefill).
 
 Text is tokenized with the `tokenizers` library from a local tokenizer.json (`tokenizer=`), without special
 tokens; with no tokenizer it falls back to UTF-8 bytes as token ids (0..255). The tokenization used is
@@ -123,6 +126,11 @@ def _read_jsonl(path: Path, tok: _Tokenizer) -> tuple[list[Sequence], bool]:
             else:
                 raise InputError("needs `output_ids` (token ids) or `text` (found: "
                                  f"{', '.join(sorted(obj)) or 'no keys'})", file=file, key=where)
+            if not out:
+                field = "output_ids" if "output_ids" in obj else "text"
+                raise InputError(f"`{field}` holds no output tokens: each request needs an output (at least 2 "
+                                 "tokens for a verify step, the first coming from prefill); drop the line or fill it",
+                                 file=file, key=where)
             seqs.append(Sequence(output_ids=list(out), prompt_ids=list(prompt), name=name))
     return seqs, saw_ids
 
@@ -146,6 +154,11 @@ def _read_text(path: Path, tok: _Tokenizer) -> list[Sequence]:
     return [Sequence(output_ids=tok.encode(b), name=f"block {i + 1}") for i, b in enumerate(blocks)]
 
 
+def tok_count(seqs: list[Sequence]) -> str:
+    n = len(seqs)
+    return f"{n} request{'s' if n != 1 else ''}, {sum(len(s.output_ids) for s in seqs)} output token(s) in all"
+
+
 def load_corpus(path: str | Path, tokenizer: str | Path | None = None) -> tuple[list[Sequence], str]:
     """Read `path` into sequences; returns (sequences, how they were tokenized)."""
     p = Path(path)
@@ -166,6 +179,10 @@ def load_corpus(path: str | Path, tokenizer: str | Path | None = None) -> tuple[
         raise InputError(f"cannot read: {err.strerror}", file=str(path)) from None
     if not seqs:
         raise InputError("no requests in the file (every line or block was empty)", file=str(path))
+    if all(len(s.output_ids) < 2 for s in seqs):
+        raise InputError(f"nothing to replay: every output is shorter than 2 tokens ({tok_count(seqs)}); a request "
+                         "is verified only from its second output token on (the first comes from prefill)",
+                         file=str(path))
     if tok.used and saw_ids:
         name = f"{IDS}; text: {tok.name}"
     elif tok.used:

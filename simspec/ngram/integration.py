@@ -56,7 +56,8 @@ def replay_for_scenario(sc: Scenario, num_draft_tokens: int, scenario_path: str)
             raise InputError(err.message, file=err.file or str(corpus), key=key) from None
         result = replay(sequences, config, concurrency)
         if result.verify_steps == 0:
-            raise InputError("the corpus has no output tokens to replay", file=str(corpus),
+            raise InputError("nothing to replay: no request has 2 or more output tokens (a request is verified only"
+                             " from its second output token on)", file=str(corpus),
                              key="acceptance.ngram_replay.corpus")
         source = (f"n-gram replay of {corpus.name} ({len(sequences)} requests, {result.verify_steps} verify steps,"
                   f" {tokenization}) at concurrency {concurrency}, {num_draft_tokens} draft tokens, breadth"
