@@ -138,6 +138,8 @@ def cost(scenario_file: str, price: str | None, train_tokens: str | None, train_
                    "generate_tokens": _number(gen_tokens, "--gen-tokens"),
                    "generation_tokens_per_s": _number(gen_throughput, "--gen-throughput")}
         gpus = _number(train_gpus, "--train-gpus", integer=True)
+        if gpus is not None:
+            check_inputs(train_gpus=gpus)  # its range, before a huge float becomes a 300-digit whole number
         gpus = None if gpus is None else int(gpus)
         concurrency = _number(gen_concurrency, "--gen-concurrency", integer=True)
         if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:

@@ -6,8 +6,10 @@ files or prints.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,8 +111,16 @@ def parse_scenario(data: dict[str, Any], file: str) -> Scenario:
         raise validation_error(exc, file, Scenario) from None
 
 
+SCENARIO_KEYS = ("hardware", "model", "server", "workload")  # keys of a scenario that no profile has
+
+
 def load_profile(path: Path) -> Profile:
     data = read_yaml(path)
+    scenario_keys = [k for k in SCENARIO_KEYS if k in data]
+    if scenario_keys and not set(data) & (set(Profile.model_fields) - {"name", "description"}):
+        raise InputError(f"is a scenario (it has {', '.join(scenario_keys)}), not a calibration profile; a profile"
+                         " has measured_on, all_reduce, coefficients or draft_forward_ms (see calibration/profiles/)",
+                         file=str(path))
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
@@ -326,7 +336,10 @@ def _load_profile_for(sc: Scenario, path: str) -> tuple[Profile | None, str | No
     if not profile_path.exists():
         raise InputError(f"calibration profile {sc.calibration!r} not found (looked at {profile_path})",
                          file=path, key="calibration")
-    profile = load_profile(profile_path)
+    try:
+        profile = load_profile(profile_path)
+    except InputError as err:  # the profile's own problem, said with the scenario and key that point at it
+        raise InputError(str(err), file=path, key="calibration") from None
     _check_profile_matches(sc, profile, path)
     return profile, str(profile_path)
 
@@ -339,6 +352,17 @@ def preset_curve(name: str) -> CollectiveCurve:
                            bus_bandwidth_gbps=ic.bus_bandwidth_gbps,
                            source=f"interconnect preset {name}{dispatch}: {ic.source}",
                            fallback=preset_curve(ic.fallback) if ic.fallback else None)
+
+
+@contextlib.contextmanager
+def _in_profile(scenario_file: str, profile_path: str | None) -> Iterator[None]:
+    """An InputError about the scenario's calibration profile, said with the scenario and the key naming it."""
+    try:
+        yield
+    except InputError as err:
+        if profile_path is None or err.file != profile_path:
+            raise
+        raise InputError(str(err), file=scenario_file, key="calibration") from None
 
 
 def _check_draft_step_time(profile: Profile, profile_path: str | None, dstack: Stack, gpu: presets.GpuPreset) -> None:
@@ -391,7 +415,8 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     overlap, v2 = _overlap(sc, topk, file)
 
     profile, profile_path = _load_profile_for(sc, path)
-    coefficients = _coefficients(profile, profile_path, file, sc.model, model)
+    with _in_profile(file, profile_path):
+        coefficients = _coefficients(profile, profile_path, file, sc.model, model)
 
     if profile is not None and profile.all_reduce is not None:
         curve = profile.all_reduce.model_copy(update={"source": f"profile {profile.name}: "
@@ -404,14 +429,15 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     dstack = draft_stack(spec.algorithm, model, drafter, draft_model, tp)
     startup_key = startup_memory_key(tp)
     startup = coefficients[startup_key].value
-    if startup >= gpu.memory_mib * STARTUP_MEMORY_LIMIT:
-        raise InputError(f"{startup:,.0f} MiB in use at startup leaves too little of the {gpu.display_name}'s"
-                         f" {gpu.memory_mib:,} MiB; allowed: 0 to {gpu.memory_mib * STARTUP_MEMORY_LIMIT:,.0f} MiB"
-                         f" ({STARTUP_MEMORY_LIMIT:.0%} of it; public logs show 1-3 GiB)",
-                         file=profile_path or file, key=f"coefficients.{startup_key}")
+    with _in_profile(file, profile_path):
+        if startup >= gpu.memory_mib * STARTUP_MEMORY_LIMIT:
+            raise InputError(f"{startup:,.0f} MiB in use at startup leaves too little of the {gpu.display_name}'s"
+                             f" {gpu.memory_mib:,} MiB; allowed: 0 to {gpu.memory_mib * STARTUP_MEMORY_LIMIT:,.0f}"
+                             f" MiB ({STARTUP_MEMORY_LIMIT:.0%} of it; public logs show 1-3 GiB)",
+                             file=profile_path or file, key=f"coefficients.{startup_key}")
+        if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
+            _check_draft_step_time(profile, profile_path, dstack, gpu)
     mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file, startup)
-    if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
-        _check_draft_step_time(profile, profile_path, dstack, gpu)
 
     resolved = ResolvedScenario(
         scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,

@@ -7,20 +7,55 @@ simspec/presets/defaults.yaml (coefficients), and the prediction reports which s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from simspec.presets import check_curve_points
-from simspec.scenario.schema import StrictModel
+from simspec.scenario.schema import MAX_GPUS, StrictModel
+
+# Plausibility bounds of what a profile may say. The coefficients a fit solves for take the fit's own bounds
+# (simspec/calibration/fitting.py BOUNDS: the edge of what a healthy server can be); the others, and the
+# all-reduce curve, have these generous physical limits, each far outside any measured or published figure:
+OTHER_COEFFICIENT_BOUNDS: dict[str, tuple[float, float, str]] = {
+    # us per kernel boundary inside a CUDA graph: ~1.3 us measured on H100 (defaults.yaml); 100 us is a launch
+    # slower than an eager one
+    "kernel_gap_graph_us": (0.0, 100.0, "a CUDA-graph kernel boundary costs ~1.3 us on an H100"),
+    "small_kernel_us": (0.0, 1000.0, "a kernel that moves almost no bytes takes 2-4 us on an H100"),
+    "layer_overhead_eager_us": (0.0, 100_000.0, "eager dispatch costs 60 us to ~1.9 ms per layer in the profiles"),
+    "spec_cpu_per_verified_token_us": (0.0, 10_000.0, "host work per verified token is ~10 us (defaults.yaml)"),
+    "ngram_cpu_per_request_us": (0.0, 100_000.0, "an n-gram trie lookup per request takes tens of us"),
+    "host_per_output_token_us": (0.0, 100_000.0, "host time per output token is 0.2-0.9 ms in the profiles"),
+    "moe_routing_locality": (0.0, 1.0, "a fraction"),
+    # MiB in use before SGLang sizes its KV cache: the loader also holds it to 25% of the scenario's GPU
+    "startup_memory_mib": (0.0, 1_048_576.0, "no GPU has 1 TiB of memory"),
+    "startup_memory_multi_gpu_mib": (0.0, 1_048_576.0, "no GPU has 1 TiB of memory"),
+}
+MAX_DRAFT_FORWARD_MS = 1000.0  # one draft step forward: a few ms; a second is slower than a 1T-parameter target step
+MIN_BUS_BANDWIDTH_GBPS = 0.1  # below PCIe 1.0 x1 (0.25 GB/s), the slowest link a GPU box has
+MAX_BUS_BANDWIDTH_GBPS = 10_000.0  # NVLink 5 moves 1.8 TB/s per GPU; 10 TB/s is above any GPU link
+MAX_MESSAGE_BYTES = 2**40  # an all-reduce of 1 TiB exceeds any GPU's memory
+MAX_ALL_REDUCE_US = 1e7  # 10 s: an all-reduce that slow is a hung collective, not a curve point
+
+
+def coefficient_bounds(name: str) -> tuple[float, float, str] | None:
+    """(low, high, why) a profile's coefficient `name` must lie within, None for a name the loader refuses."""
+    from simspec.calibration.fitting import BOUNDS  # imported here: fitting imports the loader, which imports this
+
+    if name in BOUNDS:
+        lo, hi = BOUNDS[name]
+        return lo, hi, "the range simspec calibrate fits it within (simspec/calibration/fitting.py BOUNDS)"
+    return OTHER_COEFFICIENT_BOUNDS.get(name)
 
 
 class CollectiveCurve(StrictModel):
     """All-reduce time against message size, measured on `measured_gpus` GPUs (see timing/collectives.py)."""
 
-    measured_gpus: int = Field(ge=2)
-    points_bytes_us: list[tuple[float, float]] = Field(min_length=1)
-    bus_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    measured_gpus: StrictInt = Field(ge=2, le=MAX_GPUS)
+    points_bytes_us: list[tuple[Annotated[StrictFloat, Field(le=MAX_MESSAGE_BYTES)],
+                                Annotated[StrictFloat, Field(le=MAX_ALL_REDUCE_US)]]] = Field(min_length=1)
+    bus_bandwidth_gbps: StrictFloat | None = Field(default=None, ge=MIN_BUS_BANDWIDTH_GBPS,
+                                                   le=MAX_BUS_BANDWIDTH_GBPS)
     source: str
     fallback: CollectiveCurve | None = Field(
         default=None, description="the curve of the implementation a message goes to when that is faster (a custom "
@@ -33,10 +68,20 @@ class CollectiveCurve(StrictModel):
 
 
 class Coefficient(StrictModel):
-    value: float = Field(ge=0)
+    value: StrictFloat = Field(ge=0)
     source: str
-    interval_95: tuple[float, float] | None = Field(
-        default=None, description="bootstrap 95% interval of a fitted value (simspec calibrate)")
+    interval_95: tuple[StrictFloat, StrictFloat] | None = Field(
+        default=None, description="bootstrap 95% interval of a fitted value (simspec calibrate): [low, high],"
+                                  " low <= value <= high")
+
+    @model_validator(mode="after")
+    def _interval_holds_value(self) -> Coefficient:
+        if self.interval_95 is not None:
+            lo, hi = self.interval_95
+            if not lo <= self.value <= hi:
+                raise ValueError(f"interval_95 [{lo:g}, {hi:g}] must be [low, high] with low <= value ({self.value:g})"
+                                 " <= high")
+        return self
 
 
 class Provenance(StrictModel):
@@ -53,7 +98,7 @@ class MeasuredOn(StrictModel):
 
     gpu: str
     interconnect: str
-    tp: int = Field(ge=1)
+    tp: StrictInt = Field(ge=1, le=MAX_GPUS)
     model: str | None = None
 
 
@@ -69,3 +114,23 @@ class Profile(StrictModel):
         default=None, description="measured time of one draft step forward (communication and launch included);"
                                   " replaces the modelled draft steps, reported as draft compute. The draft"
                                   " extend stays modelled.")
+
+    @model_validator(mode="after")
+    def _plausible(self) -> Profile:
+        for name, coef in self.coefficients.items():
+            bounds = coefficient_bounds(name)
+            if bounds is None:
+                continue  # an unknown coefficient: the loader names the allowed ones
+            lo, hi, why = bounds
+            _within(coef, lo, hi, f"coefficients.{name}", why)
+        if self.draft_forward_ms is not None:
+            _within(self.draft_forward_ms, 0.0, MAX_DRAFT_FORWARD_MS, "draft_forward_ms",
+                    "one draft step forward takes a few ms; a second is slower than any target's whole step")
+        return self
+
+
+def _within(coef: Coefficient, lo: float, hi: float, key: str, why: str) -> None:
+    figures = [("value", coef.value)] + ([("interval_95", v) for v in coef.interval_95] if coef.interval_95 else [])
+    for field, v in figures:
+        if not lo <= v <= hi:
+            raise ValueError(f"{key}.{field}: {v:g} is outside the plausible range; allowed: {lo:g} to {hi:g} ({why})")

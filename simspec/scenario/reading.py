@@ -93,7 +93,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
         except DuplicateKeyError as exc:
             raise InputError(f"--set value {raw!r} gives {exc.key!r} twice; keep one", file=file, key=key) from None
         except yaml.YAMLError:
-            raise InputError(f"--set value {raw!r} is not a valid YAML scalar", file=file, key=key) from None
+            raise InputError(f"--set value {raw!r} is not valid YAML (a scalar, [list] or {{mapping}})", file=file,
+                             key=key) from None
         set_field(out, key, value, file)
     return out
 
@@ -103,6 +104,8 @@ def set_field(data: dict[str, Any], path: str, value: Any, file: str) -> None:
     replaces the section it names. The one path walk behind `--set` and sweeps' structured changes."""
     node = data
     parts = path.split(".")
+    if not all(part.strip() for part in parts):
+        raise InputError(f"{path!r} is not a field path (dot-separated keys, e.g. server.tp)", file=file, key=path)
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
         if child is None:
@@ -168,8 +171,12 @@ def error_text(err: Any) -> str:
     """One of pydantic's errors (an item of ValidationError.errors()) as the text after the key path."""
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
-    if err["type"] not in ("model_type", "value_error") and not isinstance(got, dict | list):
+    if (err["type"] not in ("model_type", "value_error") or got is None) and not isinstance(got, dict | list):
         msg = f"{msg} (got {got!r})"
+    if err["type"] in ("float_type", "int_type") and isinstance(got, bool):
+        msg += "; true and false are not numbers"
+    elif err["type"] == "bool_type" and isinstance(got, int | float) and not isinstance(got, bool):
+        msg += "; write true or false"
     if err["type"] in _STRICT_TYPES and isinstance(got, str):  # YAML read it as text: it was quoted
         msg += f"; a quoted value is text: write {_STRICT_TYPES[err['type']]} without quotes"
     return msg

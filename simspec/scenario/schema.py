@@ -23,6 +23,8 @@ ACCEPTANCE_FORMS = ("accept_length", "chain_rates", "cumulative_rates", "positio
 MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
 MAX_CONCURRENCY = 100_000  # most clients a closed loop may have
 MAX_REQUESTS = 10_000_000  # most requests a workload may have
+MAX_GPUS = 64  # most GPUs (and the deepest tensor parallelism) a box may have
+MAX_NUM_STEPS = 64  # deepest speculative.num_steps
 
 
 class StrictModel(BaseModel):
@@ -44,23 +46,38 @@ def _version_form(value: Any) -> Any:
 SglangVersion = Annotated[str, BeforeValidator(_version_form)]
 
 
+def _file_path(value: Any) -> Any:
+    """A path a scenario names (profile, corpus, tokenizer): an empty one would resolve to the scenario's folder."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{value!r} must be a path to a file (relative to the scenario file)")
+    return value
+
+
+FilePath = Annotated[str, BeforeValidator(_file_path)]
+
+
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted on/off (and yes/no, true/false) as a boolean: the intent is unambiguous."""
+    return {True: "on", False: "off"}[value] if isinstance(value, bool) else value
+
+
 class Hardware(StrictModel):
     gpu: str = Field(description="GPU preset name (simspec presets)")
-    num_gpus: StrictInt = Field(ge=1, le=64)
+    num_gpus: StrictInt = Field(ge=1, le=MAX_GPUS)
     interconnect: str = Field(description="interconnect preset: link and collective implementation")
 
 
 class Server(StrictModel):
     """SGLang server settings that change the time of an iteration."""
 
-    tp: StrictInt = Field(ge=1, le=64, description="tensor-parallel degree")
+    tp: StrictInt = Field(ge=1, le=MAX_GPUS, description="tensor-parallel degree")
     sglang_version: SglangVersion = Field(default="0.5.10", pattern=VERSION_PATTERN,
                                 description="modelled: " + MODELLED_TEXT + " (simspec/scenario/releases.py)")
     cuda_graph: StrictBool = True
     cuda_graph_max_bs: StrictInt | None = Field(default=None, ge=1, le=4096,
                                                 description="None = SGLang's default for the GPU memory and tp")
     max_running_requests: StrictInt | None = Field(default=None, ge=1)
-    overlap_schedule: Literal["auto", "on", "off"] = "auto"
+    overlap_schedule: Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)] = "auto"
     spec_v2: StrictBool | None = Field(default=None, description="SGLANG_ENABLE_SPEC_V2; None = version default")
     mem_fraction_static: StrictFloat | None = Field(default=None, gt=0.0, le=1.0,
                                               description="None = SGLang's default for this GPU, tp and drafter")
@@ -83,9 +100,10 @@ class NgramSettings(StrictModel):
     matched. They shape acceptance: `acceptance: {ngram_replay: ...}` replays the drafter with them over real
     outputs (simspec/ngram); other acceptance forms give the result directly."""
 
-    min_bfs_breadth: StrictInt = Field(default=1, ge=1)
-    max_bfs_breadth: StrictInt = Field(default=10, ge=1)
-    max_trie_depth: StrictInt = Field(default=18, ge=2)
+    # upper bounds: simspec's practical limits (SGLang sets none), the same as simspec ngram's (ngram/config.py)
+    min_bfs_breadth: StrictInt = Field(default=1, ge=1, le=1024)
+    max_bfs_breadth: StrictInt = Field(default=10, ge=1, le=1024)
+    max_trie_depth: StrictInt = Field(default=18, ge=2, le=1024)
     match_type: Literal["BFS", "PROB"] = "BFS"
     capacity: StrictInt = Field(default=10_000_000, ge=1)
 
@@ -103,7 +121,7 @@ class Speculative(StrictModel):
     drafter: str | None = Field(
         default=None, description="eagle/eagle3: drafter preset; standalone: model preset of the draft model"
     )
-    num_steps: StrictInt | None = Field(default=None, ge=1, le=64)
+    num_steps: StrictInt | None = Field(default=None, ge=1, le=MAX_NUM_STEPS)
     topk: StrictInt | None = Field(default=None, ge=1, le=64)
     num_draft_tokens: StrictInt | None = Field(default=None, ge=2, le=1024)
     ngram: NgramSettings = NgramSettings()
@@ -115,8 +133,8 @@ class Speculative(StrictModel):
 class NgramReplay(StrictModel):
     """Acceptance from replaying SGLang's n-gram drafter over real model outputs (simspec ngram)."""
 
-    corpus: str = Field(description="JSONL of output token ids (or text), relative to the scenario file")
-    tokenizer: str | None = Field(default=None, description="tokenizer.json for a text corpus (default: bytes)")
+    corpus: FilePath = Field(description="JSONL of output token ids (or text), relative to the scenario file")
+    tokenizer: FilePath | None = Field(default=None, description="tokenizer.json for a text corpus (default: bytes)")
     concurrency: StrictInt | None = Field(
         default=None, ge=1, description="requests sharing the trie; default: the workload's closed-loop concurrency")
 
@@ -307,5 +325,5 @@ class Scenario(StrictModel):
     speculative: Speculative = Speculative()
     acceptance: Acceptance | None = None
     workload: Workload
-    calibration: str | None = Field(default=None, description="calibration profile YAML, relative to this file")
+    calibration: FilePath | None = Field(default=None, description="calibration profile YAML, relative to this file")
     seed: StrictInt = Field(default=0, ge=0)

@@ -54,6 +54,19 @@ class Figure:
     source: str
 
 
+# The largest figure each option takes, with why: generous, far above any real one, so that a typo (an exponent
+# too many) is refused rather than priced into 300-digit dollar amounts.
+MAX_INPUTS: dict[str, tuple[float, str]] = {
+    "--price": (1_000.0, "$ per GPU-hour; on-demand prices of the costliest GPUs are under $15"),
+    "--train-tokens": (1e14, "tokens; the largest LLM pretraining sets are ~1.5e13 (Llama 3: 15T)"),
+    "--train-epochs": (1_000.0, "passes; drafter recipes train 1-10 epochs"),
+    "--gen-tokens": (1e14, "tokens; the largest LLM pretraining sets are ~1.5e13 (Llama 3: 15T)"),
+    "--gen-throughput": (1e10, "tokens/s of the box; a whole GPU box decodes well under 1e6"),
+    "--train-throughput": (1e10, "training tokens/s per GPU; a GPU trains well under 1e6"),
+    "--train-gpus": (1e6, "GPUs; the largest training clusters have ~1e5"),
+}
+
+
 def _positive(value: float | None, option: str, *, allow_zero: bool = False) -> None:
     if value is None:
         return
@@ -61,6 +74,14 @@ def _positive(value: float | None, option: str, *, allow_zero: bool = False) -> 
     if not ok:
         raise InputError(f"{option} must be a {'non-negative' if allow_zero else 'positive'} finite number,"
                          f" got {value:g}")
+    _at_most(value, option)
+
+
+def _at_most(value: float, option: str) -> None:
+    top, why = MAX_INPUTS[option]
+    if value > top:
+        low = "0" if option in ("--train-tokens", "--gen-tokens") else "1" if option == "--train-gpus" else "above 0"
+        raise InputError(f"{value:g} is implausibly large; allowed: {low} to {top:g} ({why})", key=option)
 
 
 def price_note(gpu: str) -> str | None:
@@ -114,6 +135,8 @@ def check_inputs(*, price_per_gpu_hour: float | None = None, train_tokens: float
     _positive(train_tokens_per_s_per_gpu, "--train-throughput")
     if train_gpus is not None and train_gpus < 1:
         raise InputError(f"--train-gpus must be at least 1, got {train_gpus}")
+    if train_gpus is not None:
+        _at_most(train_gpus, "--train-gpus")
 
 
 def cost_figures(result: dict, resolved: ResolvedScenario, *, price_per_gpu_hour: float | None = None,

@@ -32,7 +32,7 @@ from simspec.errors import InputError
 from simspec.predict import hypothetical_interconnect
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.reading import apply_overrides, read_yaml
-from simspec.scenario.schema import Algorithm
+from simspec.scenario.schema import MAX_NUM_STEPS, Algorithm
 from simspec.workload import whole_conversations
 
 OBJECTIVES = {"throughput": "throughput_tokens_per_s", "per_request": "tokens_per_s"}
@@ -277,8 +277,9 @@ def plan(path: str, overrides: list[str] | None = None, *, concurrencies: list[i
          max_steps: int = DEFAULT_MAX_STEPS) -> Plan:
     """Every grid point at every concurrency, validated by the loader (bad input raises InputError; a grid
     point SGLang would not run is counted as rejected)."""
-    if max_steps < 1:
-        raise InputError(f"--max-steps must be at least 1, got {max_steps}")
+    if not 1 <= max_steps <= MAX_NUM_STEPS:
+        raise InputError(f"{max_steps} is not a num_steps the scenario schema allows: allowed 1..{MAX_NUM_STEPS}",
+                         key="--max-steps")
     base = read_yaml(path)
     if overrides:
         base = apply_overrides(base, overrides, path)
