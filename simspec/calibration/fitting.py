@@ -447,7 +447,11 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
             interval = None
             if draws:
                 col = np.array(draws)[:, i]
-                interval = (round(float(np.percentile(col, 2.5)), 6), round(float(np.percentile(col, 97.5)), 6))
+                # percentiles of the resampled fits; a fit whose draws all fall to one side of it (a skewed,
+                # bounded direction) still reports an interval that holds its own value, as a profile must
+                value = round(float(best[i]), 6)
+                interval = (min(round(float(np.percentile(col, 2.5)), 6), value),
+                            max(round(float(np.percentile(col, 97.5)), 6), value))
             parameters[n] = (float(best[i]), interval)
             source = what if n not in held else (f"{what}; held there at its bound {held[n]:g}: the bound's value,"
                                                  " not one the data pinned")
@@ -519,7 +523,7 @@ def _refuse_unfit(rs: ResolvedScenario, names: list[str], best: np.ndarray, obs:
     # drain) weighs as little as it did in the fit
     misses = {b: modelled_step_ms(fitted, b, context) / (t / n) - 1 for b, (t, n) in sorted(pooled.items())}
     weights = {b: n for b, (_, n) in pooled.items()}
-    worst = math.sqrt(sum(weights[b] * m * m for b, m in misses.items()) / sum(weights.values()))
+    rms = math.sqrt(sum(weights[b] * m * m for b, m in misses.items()) / sum(weights.values()))
     worst_b = max(misses, key=lambda b: abs(misses[b]))
     held: dict[str, float] = {}
     for n, x in zip(names, best, strict=True):
@@ -530,12 +534,12 @@ def _refuse_unfit(rs: ResolvedScenario, names: list[str], best: np.ndarray, obs:
         elif x >= hi - tol:
             held[n] = hi
     limit = BOUND_MISS_LIMIT if held else FIT_MISS_LIMIT
-    if worst <= limit:
+    if rms <= limit:
         return held
     shown = ", ".join(f"{t / n:.4g} ms at batch {b}" for b, (t, n) in sorted(pooled.items())[:4])
     why = [f"{n} is held at its {'lower' if b == BOUNDS[n][0] else 'upper'} bound {b:g} (allowed {BOUNDS[n][0]:g}"
            f" to {BOUNDS[n][1]:g})" for n, b in held.items()]
-    why.append(f"the fit misses its own points by {worst:.0%} RMS, {misses[worst_b] * 100:+.0f}% at batch {worst_b}"
+    why.append(f"the fit misses its own points by {rms:.0%} RMS, {misses[worst_b] * 100:+.0f}% at batch {worst_b}"
                f" (allowed {limit:.0%} RMS{' with a coefficient at a bound' if held else ''})")
     raise InputError(f"measured step times ({shown}) cannot be fitted: {'; '.join(why)}. A {rs.scenario.model} step"
                      f" on {rs.scenario.server.tp} x {rs.gpu.display_name} at the default coefficients takes"

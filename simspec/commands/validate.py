@@ -55,7 +55,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 raise InputError(f"{folder} is not an existing folder", file=plot_path, key="--plot")
             if not os.access(folder, os.W_OK):
                 raise InputError(f"{folder} is not writable", file=plot_path, key="--plot")
-        if check and not (v.suite_root(directory) / v.RECORDED).exists():  # said before minutes of predicting
+        if check and not record and not (v.suite_root(directory) / v.RECORDED).exists():  # before minutes of work
             recorded_path = v.suite_root(directory) / v.RECORDED
             raise InputError(f"no recorded figure to check against: {recorded_path} does not exist; record one with"
                              f" `simspec validate {directory} --record`", file=str(recorded_path), key="--check")
