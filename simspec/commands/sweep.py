@@ -26,6 +26,28 @@ def _base_inputs(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
+def _write_interrupted(stop: Any, out_path: str, parquet: str | None, elapsed: float, err_console: Any) -> None:
+    """Write the points an interrupted sweep finished (a second Ctrl-C does not cut the writing short), say how
+    many of how many, and exit 128 + the signal (130 for Ctrl-C)."""
+    import signal
+    import sys
+
+    from simspec.studies import sweep as S
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        S.write_csv(stop.table, out_path)
+        if parquet:
+            S.write_parquet(stop.table, parquet)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    written = out_path + (f" and {parquet}" if parquet else "")
+    why = "Ctrl-C" if stop.signum == signal.SIGINT else signal.Signals(stop.signum).name
+    err_console.print(f"interrupted ({why}) after {elapsed:.1f} s: wrote the {len(stop.table)} of {stop.total}"
+                      f" points that finished to {written}; the missing point numbers did not run", markup=False)
+    sys.exit(128 + stop.signum)
+
+
 @click.command()
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
@@ -38,11 +60,16 @@ def _base_inputs(spec: Any) -> list[tuple[str, str]]:
               help="local: a process pool on this machine; ray: Ray tasks (pip install 'simspec[ray]').")
 @click.option("--address", default=None, help="Ray cluster address (with --backend ray); default: a local Ray.")
 @click.option("--fast", is_flag=True, help="Use the analytic fast path instead of the discrete-event engine.")
+@click.option("--max-points", "max_points", type=click.IntRange(min=1), default=None,
+              help="Refuse a sweep of more points than this (default: 100,000 with --fast, 10,000 without: a few"
+                   " hours on one core).")
 def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | None, backend: str,
-          address: str | None, fast: bool) -> None:
+          address: str | None, fast: bool, max_points: int | None) -> None:
     """Run every point of SWEEP_FILE (a base scenario plus grid, points and/or setups) and write one row per
     point: the varied fields, then the prediction's figures. A point that fails validation gets its reason in
-    the `error` column and a warning; the others still run."""
+    the `error` column and a warning; the others still run. Ctrl-C stops the sweep and writes the points that
+    finished (exit 130)."""
+    import sys
     import time
 
     from rich.console import Console
@@ -62,7 +89,12 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
                              "default one)", file=out_path, key="--out")
         if parquet:
             S.require_pyarrow()
-        spec = S.load_sweep(sweep_file)
+        try:
+            with err_console.status(f"reading {escape(sweep_file)}"):
+                spec = S.load_sweep(sweep_file, max_points=max_points or S.point_cap(fast))
+        except KeyboardInterrupt:
+            err_console.print("interrupted before any point ran; nothing written")
+            sys.exit(130)
         # neither table may hold the wrong format, overwrite the sweep file or its base scenario, or the other table
         inputs = [("the sweep file", sweep_file), *_base_inputs(spec)]
         check_output(out_path, "--out", "a CSV table", CSV_SUFFIXES, inputs)
@@ -75,7 +107,11 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
                 raise InputError(f"the directory {Path(target).resolve().parent} does not exist", file=target,
                                  key=flag)
         t0 = time.perf_counter()
-        df = S.run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=True)
+        try:
+            df = S.run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=True)
+        except S.SweepInterrupted as stop:
+            _write_interrupted(stop, out_path, parquet, time.perf_counter() - t0, err_console)
+            return
         elapsed = time.perf_counter() - t0
         S.write_csv(df, out_path)
         if parquet:

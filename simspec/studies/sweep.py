@@ -59,6 +59,14 @@ ADDRESS_FORMS = ("expected host:port of a running Ray head's GCS (`ray start --h
                  " ray://host:port (Ray Client), 'auto' (the cluster this machine runs or RAY_ADDRESS names) or"
                  " 'local' (start one here)")
 FIXED_COLUMNS = ("point", "setup", "error")
+# How many points a sweep may expand to unless --max-points raises it. Measured on one core: a point takes ~12 ms
+# with --fast and ~1 s or more with the discrete-event engine (~0.8 s for a 4-request M1 workload; longer workloads
+# scale with their tokens), and every point keeps ~8 KB (its changes, inputs and ~60 figures) in memory until the
+# table is written. 100,000 fast points are ~20 min on one core (a few minutes on a 16-core box) and ~1 GB; 10,000
+# engine points are ~3 h on one core (~15 min on 16). Beyond that a sweep is more likely a typo (a grid axis of
+# 1000 values) than a plan, and a 10^12-point grid would only exhaust memory while it is expanded.
+MAX_POINTS_FAST = 100_000
+MAX_POINTS_ENGINE = 10_000
 # predict()'s entries that are not figures of one point
 _SKIPPED_RESULT_KEYS = ("sources",)
 
@@ -72,6 +80,7 @@ class Point:
     setup: str | None
     changes: tuple[tuple[str, Any], ...]  # (field path, value), applied in order
     inputs: dict[str, Any]  # varied field path -> the value this point used (JSON text for lists/mappings)
+    sources: tuple[str, ...] = ()  # per change, the sweep file's key it came from (grid.seed[2], points[0].seed)
 
 
 @dataclass(frozen=True)
@@ -203,13 +212,39 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def load_sweep(path: str | Path) -> Sweep:
+def point_cap(fast: bool) -> int:
+    """The most points a sweep may have unless --max-points says otherwise (see MAX_POINTS_FAST)."""
+    return MAX_POINTS_FAST if fast else MAX_POINTS_ENGINE
+
+
+def check_no_cycles(value: Any, file: str, key: str = "") -> None:
+    """A YAML anchor used inside itself (`seed: &g [1, *g]`) makes data that contains itself: pydantic, deepcopy
+    and JSON would fail on it with a traceback (or recurse without end). InputError naming the key that holds it."""
+    on_path: dict[int, str] = {}  # the mappings and lists from the top down to the one being read -> their keys
+
+    def walk(node: Any, where: str) -> None:
+        if not isinstance(node, dict | list):
+            return
+        if id(node) in on_path:
+            raise InputError("refers to itself (a YAML anchor used inside its own value, like `&a [1, *a]`): an"
+                             " alias may only repeat a value outside it", file=file, key=on_path[id(node)] or None)
+        on_path[id(node)] = where
+        for k, v in (node.items() if isinstance(node, dict) else enumerate(node)):
+            walk(v, f"{where}[{k}]" if isinstance(node, list) else (f"{where}.{k}" if where else str(k)))
+        del on_path[id(node)]
+
+    walk(value, key)
+
+
+def load_sweep(path: str | Path, max_points: int = MAX_POINTS_FAST) -> Sweep:
     """Read and check a sweep file, and expand it into its points. Every problem with the file itself is an
-    InputError naming the file and the key; problems of single points show up when they are predicted."""
+    InputError naming the file and the key; problems of single points show up when they are predicted. A sweep
+    of more than `max_points` points is refused before it is expanded."""
     from simspec.scenario.reading import read_yaml
 
     file = str(path)
     spec = read_yaml(path)
+    check_no_cycles(spec, file)
     unknown = [k for k in spec if k not in SWEEP_KEYS]
     if unknown:
         raise InputError(f"unknown key; allowed keys in a sweep file: {', '.join(SWEEP_KEYS)}", file=file,
@@ -227,6 +262,7 @@ def load_sweep(path: str | Path) -> Sweep:
         if not Path(base_path).is_file():
             raise InputError(f"scenario file {base_ref!r} not found (looked at {base_path})", file=file, key="base")
         base = read_yaml(base_path)
+        check_no_cycles(base, base_path)
     else:
         base = spec["scenario"]
         if not isinstance(base, dict):
@@ -275,19 +311,40 @@ def load_sweep(path: str | Path) -> Sweep:
     if setups is None and points is None and grid is None:
         raise InputError("nothing to sweep: give `grid:`, `points:` or `setups:` (or several)", file=file)
 
+    # counted before anything is expanded: a grid of a few long axes multiplies to more points than fit in memory
+    factors = ([len(setup_list)] if setups is not None else []) + ([len(point_list)] if points is not None else [])
+    factors += [len(v) for v in grid_values]
+    total = math.prod(factors)
+    if total > max_points:
+        parts = (["setups"] if setups is not None else []) + (["points"] if points is not None else []) + [
+            f"grid.{k}" for k in grid_keys]
+        product = " x ".join(f"{n:,} {what}" for n, what in zip(factors, parts, strict=True))
+        raise InputError(f"{total:,} points ({product}) is more than the {max_points:,} a sweep may have (about"
+                         " 12 ms a point with --fast, 1 s or more with the engine, per core, and ~8 KB of memory"
+                         " each); sweep"
+                         " fewer values, split it into several sweeps, or raise the cap with --max-points N",
+                         file=file, key="grid" if grid is not None else ("points" if points is not None else "setups"))
+
     fields = tuple(point_fields + grid_keys)
     expanded: list[Point] = []
     label = base_path
-    for setup, setup_changes in setup_list:
-        for point_changes in point_list:
-            for combo in itertools.product(*grid_values):
-                changes = setup_changes + point_changes + tuple(zip(grid_keys, combo, strict=True))
+    setup_sources = [tuple(f"setups.{name}.{k}" for k, _ in ch) for name, ch in setup_list]
+    point_sources = [tuple(f"points[{i}].{k}" for k, _ in ch) if points is not None else () for i, ch in
+                     enumerate(point_list)]
+    for (setup, setup_changes), s_sources in zip(setup_list, setup_sources, strict=True):
+        for point_changes, p_sources in zip(point_list, point_sources, strict=True):
+            for combo in itertools.product(*(range(len(v)) for v in grid_values)):
+                grid_changes = tuple((k, grid_values[n][j]) for n, (k, j) in enumerate(zip(grid_keys, combo,
+                                                                                          strict=True)))
+                changes = setup_changes + point_changes + grid_changes
+                sources = s_sources + p_sources + tuple(f"grid.{k}[{j}]" for k, j in zip(grid_keys, combo,
+                                                                                          strict=True))
                 try:
                     merged = apply_changes(base, changes, label)
                     inputs = {f: _cell(_get_field(merged, f)) for f in fields}
                 except InputError:  # the point fails when it runs, and says why there
                     inputs = {f: _cell(dict(changes).get(f)) for f in fields}
-                expanded.append(Point(len(expanded), setup, changes, inputs))
+                expanded.append(Point(len(expanded), setup, changes, inputs, sources))
     name = spec.get("name")
     return Sweep(file=file, name=str(name) if name is not None else Path(file).stem,
                  description=str(spec.get("description") or ""), base_path=base_path, base=base,
@@ -297,11 +354,27 @@ def load_sweep(path: str | Path) -> Sweep:
 # ------------------------------------------------------------------------------------------ one point
 
 
+def _blame(err: InputError, overrides: Sequence[tuple[str, Any] | str], sources: Sequence[str],
+           sweep_file: str) -> InputError:
+    """The error of a point whose bad value came from the sweep file (a grid, point or setup value) names that
+    file and the key the value was given at (grid.server.tp[1]), not the base scenario it was applied to."""
+    key = err.key or ""
+    for change, source in reversed(list(zip(overrides, sources, strict=False))):  # the last change of a field wins
+        if isinstance(change, str):
+            continue
+        path = change[0]
+        if key == path or key.startswith(path + "."):  # the field itself, or inside a section the sweep replaced
+            return InputError(err.message, file=sweep_file, key=source + key[len(path):])
+    return err
+
+
 def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], fast: bool,
-                   data: dict[str, Any] | None = None, label: str | None = None) -> dict[str, Any]:
+                   data: dict[str, Any] | None = None, label: str | None = None, sources: Sequence[str] = (),
+                   sweep_file: str | None = None) -> dict[str, Any]:
     """Predict one point: the base scenario (read from base_path unless its mapping is given) with the
     overrides applied, validated and resolved like `simspec predict --set`. Returns the flattened figures;
-    bad input raises InputError naming `label` (default: base_path)."""
+    bad input raises InputError naming `label` (default: base_path), or `sweep_file` and the key in `sources`
+    (one per override) where the offending value is one the sweep gave."""
     from simspec.scenario.loader import parse_scenario, resolve
     from simspec.scenario.reading import read_yaml
 
@@ -319,6 +392,10 @@ def _predict_point(base_path: str, overrides: Sequence[tuple[str, Any] | str], f
 
             result = predict(rs)
     except InputError as err:
+        if err.file in (base_path, file) and sweep_file is not None:
+            blamed = _blame(err, overrides, sources, sweep_file)
+            if blamed is not err:
+                raise blamed from None
         if err.file == base_path and file != base_path:
             raise InputError(err.message, file=file, key=err.key) from None
         raise
@@ -387,13 +464,16 @@ class Task:
     data: dict[str, Any]
     overrides: tuple[tuple[str, Any], ...]
     fast: bool
+    sources: tuple[str, ...] = ()
+    sweep_file: str | None = None
 
 
 def _run_task(task: Task) -> tuple[int, dict[str, Any] | None, str | None]:
     """(index, figures, None), or (index, None, reason) when the point fails validation. Any other exception
     is a bug and ends the sweep."""
     try:
-        return task.index, _predict_point(task.base_path, task.overrides, task.fast, task.data, task.label), None
+        return task.index, _predict_point(task.base_path, task.overrides, task.fast, task.data, task.label,
+                                          task.sources, task.sweep_file), None
     except InputError as err:
         return task.index, None, str(err)
 
@@ -403,7 +483,8 @@ def _run_task(task: Task) -> tuple[int, dict[str, Any] | None, str | None]:
 
 def _tasks(sweep: Sweep, fast: bool, absolute: bool = False) -> list[Task]:
     path = os.path.abspath(sweep.base_path) if absolute else sweep.base_path
-    return [Task(p.index, path, sweep.base_path, sweep.base, p.changes, fast) for p in sweep.points]
+    return [Task(p.index, path, sweep.base_path, sweep.base, p.changes, fast, p.sources, sweep.file)
+            for p in sweep.points]
 
 
 def _warm_up(fast: bool) -> None:
@@ -419,31 +500,68 @@ def _warm_up(fast: bool) -> None:
         importlib.import_module("simspec.fastpath")
 
 
-def _run_local(tasks: list[Task], jobs: int, tick: Callable[[], None]) -> list[tuple]:
+def _worker_init() -> None:
+    """A pool worker leaves Ctrl-C to the parent (which stops the pool and keeps the finished points) and dies
+    quietly when the parent terminates it: no traceback per worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_pool(pool: Any) -> None:
+    """Cancel what has not started and end the workers now, running points included (their work is lost
+    anyway: the sweep is being stopped)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
+
+
+def _run_local(tasks: list[Task], jobs: int, tick: Callable[[], None], out: list[tuple]) -> None:
+    """Run the tasks, appending each result to `out` as it finishes (so that an interrupted sweep still has
+    every finished point)."""
     if jobs <= 1 or len(tasks) <= 1:
-        out = []
         for t in tasks:
             out.append(_run_task(t))
             tick()
-        return out
+        return
     import multiprocessing
     import sys
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     # Linux: fork, so that workers inherit the imported simulator instead of importing it again (elsewhere the
     # platform's default; the tasks are plain data and _run_task is importable)
     ctx = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
     _warm_up(tasks[0].fast)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures = [pool.submit(_run_task, t) for t in tasks]
-        out = []
-        for fut in as_completed(futures):
-            out.append(fut.result())
-            tick()
-    return out
+    workers = min(jobs, len(tasks))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    # a few tasks per worker in flight, more submitted as they finish: the first results (and the progress bar)
+    # come at once however many points there are, and stopping has little to cancel
+    todo = iter(tasks)
+    pending: set[Future] = set()
+    done: set[Future] = set()
+    try:
+        pending = {pool.submit(_run_task, t) for t in itertools.islice(todo, 4 * workers)}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while done:
+                fut = done.pop()
+                out.append(fut.result())
+                pending |= {pool.submit(_run_task, t) for t in itertools.islice(todo, 1)}
+                tick()
+    except BaseException:
+        # keep the points that finished but were not collected yet
+        out.extend(f.result() for f in pending | done if f.done() and not f.cancelled() and f.exception() is None)
+        _stop_pool(pool)
+        raise
+    pool.shutdown()
 
 
-def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Callable[[], None]) -> list[tuple]:
+def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Callable[[], None],
+             out: list[tuple]) -> None:
     try:
         import ray
     except ImportError:
@@ -464,13 +582,16 @@ def _run_ray(tasks: list[Task], jobs: int | None, address: str | None, tick: Cal
     try:
         remote = ray.remote(num_cpus=1)(_run_task)
         pending = [remote.remote(t) for t in tasks]
-        out = []
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                out.append(ray.get(ref))
-                tick()
-        return out
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    out.append(ray.get(ref))
+                    tick()
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
     finally:
         if started:
             ray.shutdown()
@@ -532,49 +653,91 @@ def check_backend(backend: str, address: str | None) -> None:
         check_address(address)
 
 
+class SweepInterrupted(Exception):
+    """Ctrl-C (or SIGTERM) stopped a sweep: `table` holds the points that finished (with their point numbers),
+    `total` how many the sweep has, `signum` the signal."""
+
+    def __init__(self, table: pd.DataFrame, total: int, signum: int):
+        super().__init__(f"interrupted after {len(table)} of {total} points")
+        self.table = table
+        self.total = total
+        self.signum = signum
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt of the main thread so that it stops a sweep the way Ctrl-C does."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
 def run_points(sweep: Sweep, jobs: int | None = None, backend: str = "local", address: str | None = None,
                fast: bool = False, progress: bool | Callable[[int, int], None] = False) -> pd.DataFrame:
-    """Predict every point of a loaded sweep and return the table (rows in point order)."""
+    """Predict every point of a loaded sweep and return the table (rows in point order). Ctrl-C or SIGTERM
+    stops the workers and raises SweepInterrupted holding the table of the points that finished."""
+    import signal
+    import threading
+    import time
+
     check_backend(backend, address)
     tasks = _tasks(sweep, fast, absolute=backend == "ray")
     total = len(tasks)
     njobs = jobs or os.cpu_count() or 1
     done = 0
+    results: list[tuple] = []
 
-    def run(tick: Callable[[], None]) -> list[tuple]:
+    def run(tick: Callable[[], None]) -> None:
         if backend == "ray":
-            return _run_ray(tasks, jobs, address, tick)
-        return _run_local(tasks, njobs, tick)
+            _run_ray(tasks, jobs, address, tick, results)
+        else:
+            _run_local(tasks, njobs, tick, results)
 
-    if progress is True:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    try:
+        if progress is True:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        # redrawn on each finished point rather than by a refresh thread: no thread runs when the pool forks
-        with Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=False) as bar:
-            task_id = bar.add_task(f"sweep {sweep.name}", total=total)
-
-            def advance() -> None:
-                bar.advance(task_id)
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            # redrawn as points finish (at most 10 times a second) rather than by a refresh thread: no thread
+            # runs when the pool forks
+            with Progress(*columns, console=Console(stderr=True), transient=True, auto_refresh=False) as bar:
+                task_id = bar.add_task(f"sweep {sweep.name}", total=total)
                 bar.refresh()
+                last = time.monotonic()
 
-            results = run(advance)
-    else:
-        callback = progress if callable(progress) else None
+                def advance() -> None:
+                    nonlocal last
+                    bar.advance(task_id)
+                    if time.monotonic() - last >= 0.1:
+                        last = time.monotonic()
+                        bar.refresh()
 
-        def tick() -> None:
-            nonlocal done
-            done += 1
-            if callback is not None:
-                callback(done, total)
+                run(advance)
+        else:
+            callback = progress if callable(progress) else None
 
-        results = run(tick)
+            def tick() -> None:
+                nonlocal done
+                done += 1
+                if callback is not None:
+                    callback(done, total)
+
+            run(tick)
+    except KeyboardInterrupt as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        raise SweepInterrupted(to_frame(sweep, results), total, int(signum)) from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
     return to_frame(sweep, results)
 
 
 def to_frame(sweep: Sweep, results: list[tuple]) -> pd.DataFrame:
-    """The table: inputs, error, then every figure in the order it first appears (rows in point order)."""
+    """The table: inputs, error, then every figure in the order it first appears (rows in point order; only the
+    points that have a result, when a sweep was interrupted)."""
     import pandas as pd
 
     by_index = {i: (figures, err) for i, figures, err in results}
@@ -582,6 +745,8 @@ def to_frame(sweep: Sweep, results: list[tuple]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     figure_columns: dict[str, None] = {}
     for p in sweep.points:
+        if p.index not in by_index:
+            continue
         figures, err = by_index[p.index]
         row: dict[str, Any] = {"point": p.index}
         if sweep.has_setups:
@@ -598,16 +763,18 @@ def to_frame(sweep: Sweep, results: list[tuple]) -> pd.DataFrame:
 
 
 def run_sweep(spec_path: str | Path, jobs: int | None = None, backend: str = "local", address: str | None = None,
-              fast: bool = False, progress: bool | Callable[[int, int], None] = False) -> pd.DataFrame:
+              fast: bool = False, progress: bool | Callable[[int, int], None] = False,
+              max_points: int | None = None) -> pd.DataFrame:
     """Run a sweep file and return its table (pandas DataFrame, one row per point, in point order).
 
     jobs: worker processes (local) or CPUs for a local Ray instance (default: all cores); backend: "local"
     (a process pool) or "ray" (Ray tasks on `address`, or on a local Ray started for the sweep); fast: use the
     analytic fast path instead of the engine; progress: True for a progress bar on stderr, or a callable
-    (done, total). Points that fail validation come back with `error` filled and no figures.
+    (done, total); max_points: refuse a sweep of more points (default: point_cap(fast)). Points that fail
+    validation come back with `error` filled and no figures; Ctrl-C raises SweepInterrupted (the finished points).
     """
-    return run_points(load_sweep(spec_path), jobs=jobs, backend=backend, address=address, fast=fast,
-                      progress=progress)
+    spec = load_sweep(spec_path, max_points=max_points or point_cap(fast))
+    return run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=progress)
 
 
 # ------------------------------------------------------------------------------------------ tables
