@@ -220,3 +220,12 @@ def test_optimize_max_steps_beyond_the_schema(tmp_path):
 
     _assert_bad_input(_run("optimize", EAGLE3, "--max-steps", str(MAX_NUM_STEPS + 1)), "--max-steps",
                       f"allowed 1..{MAX_NUM_STEPS}")
+
+
+def test_an_exponent_without_a_dot_is_a_number(tmp_path):
+    # YAML 1.1 reads 1e-1 as text; with strict number fields that used to refuse a value every user means as 0.1
+    from simspec.scenario.reading import read_yaml
+
+    f = tmp_path / "n.yaml"
+    f.write_text('a: 1e-1\nb: 5E3\nc: "1e-1"\n')
+    assert read_yaml(f) == {"a": 0.1, "b": 5000.0, "c": "1e-1"}

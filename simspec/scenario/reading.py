@@ -4,6 +4,7 @@ turned into one InputError naming the key path and what is allowed there."""
 from __future__ import annotations
 
 import copy
+import re
 import types
 import typing
 from pathlib import Path
@@ -33,6 +34,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise DuplicateKeyError(key, first, key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads an exponent without a dot (1e-1, 5e3) as text; YAML 1.2 and every user read it as a
+# number. With strict number fields that text would be refused, so this loader reads it as a float.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
 
 
 class DuplicateKeyError(yaml.YAMLError):
