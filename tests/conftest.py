@@ -5,6 +5,7 @@ import gc
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -39,3 +40,29 @@ def no_long_gc_pauses():
     gc.freeze()
     yield
     gc.unfreeze()
+
+
+def cli_runner() -> CliRunner:
+    """A runner that keeps stderr apart from stdout: click < 8.2 needs mix_stderr=False, click >= 8.2 always
+    keeps result.stderr apart (and has no mix_stderr)."""
+    try:
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
+
+def assert_refused(result, *needles: str, stdout_empty: bool = True, one_line: bool = True) -> str:
+    """Bad input as the CLI must answer it: exit code 2, no traceback (the command exited, nothing escaped it) and
+    every needle on stderr; by default also nothing on stdout and one line on stderr. Returns stderr, stripped."""
+    where = (f"exit {result.exit_code}; stdout: {result.stdout!r}; stderr: {result.stderr!r};"
+             f" exception: {result.exception!r}")
+    assert result.exit_code == 2, where
+    assert isinstance(result.exception, SystemExit), where
+    assert "Traceback" not in result.output and "Traceback" not in result.stderr, where
+    if stdout_empty:
+        assert result.stdout == "", where
+    if one_line:
+        assert len(result.stderr.strip().splitlines()) == 1, where
+    for needle in needles:
+        assert needle in result.stderr, f"{needle!r} missing; {where}"
+    return result.stderr.strip()

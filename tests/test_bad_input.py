@@ -8,6 +8,7 @@ short request) and breaks one thing.
 from __future__ import annotations
 
 import copy
+import functools
 import multiprocessing
 import subprocess
 import sys
@@ -17,9 +18,12 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
+from tests.conftest import assert_refused, cli_runner
+
+# this file's refusals: nothing on stdout; the error is not held to one line
+_refused = functools.partial(assert_refused, one_line=False)
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "scenarios" / "baseline.yaml"
@@ -27,15 +31,6 @@ PROFILE = ROOT / "calibration" / "profiles" / "m1-kimi-k25-8x-rtxpro6000-pcie.ya
 FILE = "scenario.yaml"
 
 EAGLE3 = {"algorithm": "eagle3", "drafter": "eagle3-kimi-k2.5", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
-
-
-def _runner() -> CliRunner:
-    """A runner that keeps stderr apart from stdout: click < 8.2 needs mix_stderr=False, click >= 8.2 always
-    keeps result.stderr apart (and has no mix_stderr)."""
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
 
 
 def _tiny(data: dict[str, Any]) -> dict[str, Any]:
@@ -63,18 +58,7 @@ def _write(tmp_path: Path, data: Any, name: str = FILE) -> Path:
 
 
 def _predict(path: Path | str, *args: str):
-    return _runner().invoke(main, ["predict", str(path), *args])
-
-
-def _assert_bad_input(result, *needles: str) -> None:
-    """Exit code 2, a clean one-line error on stderr holding every needle, no traceback, nothing on stdout."""
-    where = f"exit {result.exit_code}; stderr: {result.stderr!r}; exception: {result.exception!r}"
-    assert result.exit_code == 2, where
-    assert isinstance(result.exception, SystemExit), where  # not an exception escaping the command
-    assert "Traceback" not in result.output and "Traceback" not in result.stderr, where
-    assert result.stdout == "", where
-    for needle in needles:
-        assert needle in result.stderr, f"{needle!r} missing; {where}"
+    return cli_runner().invoke(main, ["predict", str(path), *args])
 
 
 def _set(path: tuple[str, ...], value: Any) -> Callable[[dict], None]:
@@ -212,7 +196,7 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
 @pytest.mark.parametrize("mutate, needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_scenario_is_rejected_cleanly(tmp_path, scenario, mutate, needles):
     mutate(scenario)
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), FILE, *needles)
+    _refused(_predict(_write(tmp_path, scenario)), FILE, *needles)
 
 
 def test_the_unmutated_scenario_is_valid(tmp_path, scenario):
@@ -225,51 +209,51 @@ def test_the_unmutated_scenario_is_valid(tmp_path, scenario):
 
 
 def test_missing_file(tmp_path):
-    _assert_bad_input(_predict(tmp_path / "nowhere.yaml"), "nowhere.yaml", "not found")
+    _refused(_predict(tmp_path / "nowhere.yaml"), "nowhere.yaml", "not found")
 
 
 def test_invalid_yaml_syntax(tmp_path):
     path = tmp_path / FILE
     path.write_text("name: x\nhardware: {gpu: h100-sxm, num_gpus: 1\n")
-    _assert_bad_input(_predict(path), FILE, "not valid YAML", "line")
+    _refused(_predict(path), FILE, "not valid YAML", "line")
 
 
 def test_yaml_list_is_not_a_scenario(tmp_path):
-    _assert_bad_input(_predict(_write(tmp_path, [BASE])), FILE, "must be a YAML mapping")
+    _refused(_predict(_write(tmp_path, [BASE])), FILE, "must be a YAML mapping")
 
 
 def test_empty_file_is_not_a_scenario(tmp_path):
     path = tmp_path / FILE
     path.write_text("")
-    _assert_bad_input(_predict(path), FILE, "must be a YAML mapping")
+    _refused(_predict(path), FILE, "must be a YAML mapping")
 
 
 def test_non_utf8_file(tmp_path):
     path = tmp_path / FILE
     path.write_bytes(b"name: caf\xe9\n")  # latin-1, not UTF-8
-    _assert_bad_input(_predict(path), FILE)
+    _refused(_predict(path), FILE)
 
 
 # ------------------------------------------------------------------------------------------------ --set
 
 
 def test_set_without_equals(tmp_path, scenario):
-    _assert_bad_input(_predict(_write(tmp_path, scenario), "--set", "server.tp"), FILE, "--set",
+    _refused(_predict(_write(tmp_path, scenario), "--set", "server.tp"), FILE, "--set",
                       "key.path=value", "'server.tp'")
 
 
 def test_set_of_unknown_key(tmp_path, scenario):
-    _assert_bad_input(_predict(_write(tmp_path, scenario), "--set", "server.tpp=8"), FILE, "server.tpp",
+    _refused(_predict(_write(tmp_path, scenario), "--set", "server.tpp=8"), FILE, "server.tpp",
                       "unknown key", "allowed keys", "tp")
 
 
 def test_set_below_a_scalar(tmp_path, scenario):
-    _assert_bad_input(_predict(_write(tmp_path, scenario), "--set", "server.tp.x=1"), FILE, "server.tp.x",
+    _refused(_predict(_write(tmp_path, scenario), "--set", "server.tp.x=1"), FILE, "server.tp.x",
                       "server.tp is not a mapping")
 
 
 def test_set_of_a_bad_value(tmp_path, scenario):
-    _assert_bad_input(_predict(_write(tmp_path, scenario), "--set", "workload.arrival.concurrency=0"), FILE,
+    _refused(_predict(_write(tmp_path, scenario), "--set", "workload.arrival.concurrency=0"), FILE,
                       "workload.arrival.concurrency", "greater than or equal to 1")
 
 
@@ -279,13 +263,13 @@ def test_set_of_a_bad_value(tmp_path, scenario):
 def test_profile_of_another_interconnect_is_rejected():
     """The M1 profile's all-reduce curve was measured over PCIe: it must not describe an NVLink box."""
     res = _predict(BASELINE, "--set", "hardware.interconnect=nvlink4-nccl")
-    _assert_bad_input(res, "baseline.yaml", "hardware.interconnect", "'pcie5-nccl'", "'nvlink4-nccl'",
+    _refused(res, "baseline.yaml", "hardware.interconnect", "'pcie5-nccl'", "'nvlink4-nccl'",
                       "use a profile of this box")
 
 
 def test_profile_of_another_gpu_is_rejected():
     res = _predict(BASELINE, "--set", "hardware.gpu=rtx-pro-6000-workstation")
-    _assert_bad_input(res, "baseline.yaml", "hardware.gpu", "'rtx-pro-6000-server'", "use a profile of this box")
+    _refused(res, "baseline.yaml", "hardware.gpu", "'rtx-pro-6000-server'", "use a profile of this box")
 
 
 def test_profile_with_unknown_key_names_the_profile(tmp_path, scenario):
@@ -293,14 +277,14 @@ def test_profile_with_unknown_key_names_the_profile(tmp_path, scenario):
     profile["all_reduce_curve"] = profile.pop("all_reduce")
     _write(tmp_path, profile, "profile.yaml")
     scenario["calibration"] = "profile.yaml"
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml", "all_reduce_curve", "unknown key",
+    _refused(_predict(_write(tmp_path, scenario)), "profile.yaml", "all_reduce_curve", "unknown key",
                       "allowed keys", "all_reduce")
 
 
 def test_profile_with_unknown_coefficient(tmp_path, scenario):
     _write(tmp_path, {"name": "p", "coefficients": {"warp_speed": {"value": 1.0, "source": "x"}}}, "profile.yaml")
     scenario["calibration"] = "profile.yaml"
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml", "coefficients.warp_speed",
+    _refused(_predict(_write(tmp_path, scenario)), "profile.yaml", "coefficients.warp_speed",
                       "allowed", "compute_efficiency")
 
 
@@ -308,7 +292,7 @@ def test_profile_with_the_retired_per_layer_coefficient_names_its_replacement(tm
     _write(tmp_path, {"name": "p", "coefficients": {"layer_overhead_graph_us": {"value": 8.0, "source": "x"}}},
            "profile.yaml")
     scenario["calibration"] = "profile.yaml"
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml", "coefficients.layer_overhead_graph_us",
+    _refused(_predict(_write(tmp_path, scenario)), "profile.yaml", "coefficients.layer_overhead_graph_us",
                       "kernel_gap_graph_us", "small_kernel_us")
 
 
@@ -317,7 +301,7 @@ def test_profile_with_implausible_startup_memory_names_the_profile(tmp_path, sce
     _write(tmp_path, {"name": "p", "coefficients": {"startup_memory_multi_gpu_mib": {"value": 30000, "source": "x"}}},
            "profile.yaml")
     scenario["calibration"] = "profile.yaml"
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml",
+    _refused(_predict(_write(tmp_path, scenario)), "profile.yaml",
                       "coefficients.startup_memory_multi_gpu_mib", "allowed: 0 to 24,472 MiB")
 
 
@@ -330,7 +314,7 @@ def test_profile_with_implausible_startup_memory_names_the_profile(tmp_path, sce
 def test_non_finite_profile_figures(tmp_path, scenario, profile, key):
     _write(tmp_path, profile, "profile.yaml")
     scenario["calibration"] = "profile.yaml"
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), "profile.yaml", key)
+    _refused(_predict(_write(tmp_path, scenario)), "profile.yaml", key)
 
 
 # ------------------------------------------------------------------------------------------------ bugs
@@ -339,13 +323,13 @@ def test_non_finite_profile_figures(tmp_path, scenario, profile, key):
 @pytest.mark.parametrize("key", ["[/x]", "[red]x"])
 def test_error_text_is_not_rich_markup(tmp_path, scenario, key):
     scenario[key] = 1
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), FILE, key, "unknown key")
+    _refused(_predict(_write(tmp_path, scenario)), FILE, key, "unknown key")
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_histogram_with_infinite_count(tmp_path, scenario):
     _spec({"algorithm": "ngram"}, {"histogram": [float("inf"), 1.0]})(scenario)
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), FILE, "acceptance.histogram")
+    _refused(_predict(_write(tmp_path, scenario)), FILE, "acceptance.histogram")
 
 
 @pytest.mark.parametrize("dist", [
@@ -355,7 +339,7 @@ def test_histogram_with_infinite_count(tmp_path, scenario):
 ], ids=["normal-mean-inf", "normal-std-inf", "lognormal-mean-inf"])
 def test_infinite_length_parameters(tmp_path, scenario, dist):
     scenario["workload"]["output_tokens"] = dist
-    _assert_bad_input(_predict(_write(tmp_path, scenario)), FILE, "workload.output_tokens")
+    _refused(_predict(_write(tmp_path, scenario)), FILE, "workload.output_tokens")
 
 
 @pytest.mark.parametrize("dist", [
@@ -368,11 +352,11 @@ def test_huge_length_parameters_never_crash(tmp_path, scenario, dist):
     # either simulated (the samples are clipped to max) or rejected: never a traceback
     assert res.exit_code in (0, 2) and "Traceback" not in res.output, (res.exit_code, res.exception)
     if res.exit_code == 2:
-        _assert_bad_input(res, FILE, "workload.output_tokens")
+        _refused(res, FILE, "workload.output_tokens")
 
 
 def _invoke_in_child(conn, args: list[str]) -> None:
-    res = _runner().invoke(main, args)
+    res = cli_runner().invoke(main, args)
     conn.send((res.exit_code, res.stderr, repr(res.exception)))
 
 
@@ -428,5 +412,5 @@ def test_a_conversations_last_turn_must_fit_the_kv_cache(tmp_path, scenario):
     base["workload"].update(arrival={"type": "closed", "concurrency": 1, "turns": 3,
                                      "followup_tokens": {"dist": "fixed", "value": 20_000}},
                             num_requests=3, output_tokens={"dist": "fixed", "value": 70_000})
-    _assert_bad_input(_predict(_write(tmp_path, base)), "workload", "a conversation's last turn",
+    _refused(_predict(_write(tmp_path, base)), "workload", "a conversation's last turn",
                       "turns or followup_tokens")

@@ -8,23 +8,15 @@ import math
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec import presets
 from simspec.cli import main
 from simspec.predict import predict
 from simspec.scenario.loader import load_scenario
 from simspec.studies.cost import DEFAULT_TRAIN_TOKENS, cost_figures, price_note
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, cli_runner
 
 SHORT = ["workload.num_requests=2", "workload.output_tokens.value=128"]  # keeps the M1 runs fast
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
 
 
 @pytest.fixture
@@ -74,7 +66,7 @@ def test_m1_eagle3_never_pays_back():
 
 
 def test_m1_never_through_the_cli():
-    res = _runner().invoke(main, ["cost", str(SCENARIOS / "eagle3.yaml"), "--json", "--train-throughput", "5000",
+    res = cli_runner().invoke(main, ["cost", str(SCENARIOS / "eagle3.yaml"), "--json", "--train-throughput", "5000",
                                   *[a for o in SHORT for a in ("--set", o)]])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -123,7 +115,7 @@ def test_ngram_has_no_drafter_to_train(tmp_path, small):
 
 
 def test_price_option_overrides_the_preset(fast_eagle3):
-    runner = _runner()
+    runner = cli_runner()
     preset = json.loads(runner.invoke(main, ["cost", fast_eagle3, "--json"]).stdout)
     res = runner.invoke(main, ["cost", fast_eagle3, "--json", "--price", "2.5"])
     assert res.exit_code == 0, res.output
@@ -135,7 +127,7 @@ def test_price_option_overrides_the_preset(fast_eagle3):
 
 
 def test_table_names_sources_and_verdict(fast_eagle3):
-    res = _runner().invoke(main, ["cost", fast_eagle3, "--train-throughput", "4000"])
+    res = cli_runner().invoke(main, ["cost", fast_eagle3, "--train-throughput", "4000"])
     assert res.exit_code == 0, res.output
     for text in ("price per GPU-hour", "preset h100-sxm", "(--train-throughput)", "pays back after"):
         assert text in res.stdout, text
@@ -144,11 +136,11 @@ def test_table_names_sources_and_verdict(fast_eagle3):
 def test_a_box_that_does_not_exist_is_priced_and_named_so():
     args = ["cost", str(SCENARIOS / "eagle3.yaml"), *[x for kv in SHORT for x in ("--set", kv)]]
     what_if = ["--set", "hardware.interconnect=nvlink4-nccl", "--set", "calibration=null"]
-    real = json.loads(_runner().invoke(main, [*args, "--json"]).stdout)
+    real = json.loads(cli_runner().invoke(main, [*args, "--json"]).stdout)
     assert real["hypothetical_interconnect"] is None
-    hypo = json.loads(_runner().invoke(main, [*args, *what_if, "--json"]).stdout)
+    hypo = json.loads(cli_runner().invoke(main, [*args, *what_if, "--json"]).stdout)
     assert "rtx-pro-6000-server has PCIe 5 links" in hypo["hypothetical_interconnect"]
-    table = _runner().invoke(main, [*args, *what_if])
+    table = cli_runner().invoke(main, [*args, *what_if])
     assert table.exit_code == 0 and "hypothetical interconnect" in table.stdout
 
 
@@ -158,21 +150,21 @@ def test_a_box_that_does_not_exist_is_priced_and_named_so():
     ["--gen-throughput", "10", "--gen-concurrency", "4"], ["--set", "hardware.gpu=h900"],
 ])
 def test_bad_input_exits_2_with_one_line(fast_eagle3, args):
-    res = _runner().invoke(main, ["cost", fast_eagle3, *args])
+    res = cli_runner().invoke(main, ["cost", fast_eagle3, *args])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error:") and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "Traceback" not in res.output
 
 
 def test_missing_file_exits_2(tmp_path):
-    res = _runner().invoke(main, ["cost", str(tmp_path / "nope.yaml")])
+    res = cli_runner().invoke(main, ["cost", str(tmp_path / "nope.yaml")])
     assert res.exit_code == 2
     assert "file not found" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
 def test_generation_rate_at_a_batch_size(fast_eagle3):
     """--gen-concurrency predicts the data-generation rate at a larger batch: faster, so cheaper data."""
-    runner = _runner()
+    runner = cli_runner()
     one = json.loads(runner.invoke(main, ["cost", fast_eagle3, "--json"]).stdout)["figures"]
     res = runner.invoke(main, ["cost", fast_eagle3, "--json", "--gen-concurrency", "4"])
     assert res.exit_code == 0, res.output

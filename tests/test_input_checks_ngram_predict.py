@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.ngram.config import MAX_BFS_BREADTH, MAX_DRAFT_TOKENS, MAX_TRIE_DEPTH
 from simspec.scenario.schema import NgramSettings, Speculative
+from tests.conftest import assert_refused, cli_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -24,29 +24,8 @@ OUTPUTS = Path(__file__).resolve().parent / "data" / "ngram" / "outputs.jsonl"
 SMALL = ("--set", "workload.num_requests=1", "--set", "workload.input_tokens.value=64")
 
 
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
-
-
 def invoke(*args: str):
-    return _runner().invoke(main, list(args))
-
-
-def bad(result, *fragments: str) -> str:
-    """Exit 2, one line on stderr holding every fragment, no traceback, nothing on stdout."""
-    where = f"exit {result.exit_code}; stderr: {result.stderr!r}; exception: {result.exception!r}"
-    assert result.exit_code == 2, where
-    assert isinstance(result.exception, SystemExit), where
-    assert "Traceback" not in result.output and "Traceback" not in result.stderr, where
-    assert result.stdout == "", where
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, where
-    for f in fragments:
-        assert f in lines[0], f"{f!r} missing; {where}"
-    return lines[0]
+    return cli_runner().invoke(main, list(args))
 
 
 # ---------------------------------------------------------------- 1. bounds: ngram flags = scenario schema
@@ -62,13 +41,13 @@ def bad(result, *fragments: str) -> str:
     (("--max-trie-depth", "5000"), "--max-trie-depth", f"2 .. {MAX_TRIE_DEPTH}"),
 ])
 def test_ngram_flags_out_of_range(args, flag, allowed):
-    line = bad(invoke("ngram", str(OUTPUTS), *args), flag, allowed)
+    line = assert_refused(invoke("ngram", str(OUTPUTS), *args), flag, allowed)
     assert "--capacity" not in line
 
 
 def test_huge_trie_depth_blames_the_depth_not_the_default_capacity():
     # 4. capacity was not given: the depth, not --capacity, is what is out of range
-    line = bad(invoke("ngram", str(OUTPUTS), "--max-trie-depth", "10000000000"), "--max-trie-depth",
+    line = assert_refused(invoke("ngram", str(OUTPUTS), "--max-trie-depth", "10000000000"), "--max-trie-depth",
                f"2 .. {MAX_TRIE_DEPTH}")
     assert "--capacity" not in line
 
@@ -80,7 +59,8 @@ def test_huge_trie_depth_blames_the_depth_not_the_default_capacity():
     ("speculative.num_draft_tokens", "10000000000"),
 ])
 def test_scenario_ngram_settings_out_of_range(key, value):
-    bad(invoke("predict", str(NGRAM_REPLAY), "--set", f"{key}={value}"), "ngram_tree_replay.yaml", key, "1024")
+    assert_refused(invoke("predict", str(NGRAM_REPLAY), "--set", f"{key}={value}"), "ngram_tree_replay.yaml", key,
+                   "1024")
 
 
 def test_schema_and_ngram_command_share_their_bounds():
@@ -98,12 +78,12 @@ def test_schema_and_ngram_command_share_their_bounds():
 
 
 def test_one_output_token_is_refused():
-    bad(invoke("predict", str(EAGLE3), *SMALL, "--set", "workload.output_tokens.value=1"),
+    assert_refused(invoke("predict", str(EAGLE3), *SMALL, "--set", "workload.output_tokens.value=1"),
         "eagle3.yaml", "workload.output_tokens", "at least 2")
 
 
 def test_one_output_token_is_refused_with_json():
-    bad(invoke("predict", str(EAGLE3), *SMALL, "--set", "workload.output_tokens.value=1", "--json"),
+    assert_refused(invoke("predict", str(EAGLE3), *SMALL, "--set", "workload.output_tokens.value=1", "--json"),
         "workload.output_tokens")
 
 
@@ -160,7 +140,8 @@ def test_trace_in_a_missing_folder_is_refused_before_predicting(tmp_path, monkey
 
     monkeypatch.setattr(predict_module, "predict_with_run", must_not_run)
     target = tmp_path / "no" / "such" / "dir" / "t.json"
-    bad(invoke("predict", str(EAGLE3), *SMALL, "--trace", str(target)), str(target), "--trace", "does not exist")
+    assert_refused(invoke("predict", str(EAGLE3), *SMALL, "--trace", str(target)), str(target), "--trace",
+                   "does not exist")
 
 
 # ---------------------------------------------------------------- 5. corpora with nothing to replay
@@ -185,15 +166,15 @@ def _replay_scenario(tmp_path: Path, corpus: Path) -> Path:
 def test_an_empty_output_is_refused_by_ngram_and_by_the_scenario_alike(tmp_path, empty):
     corpus = _corpus(tmp_path, {"output_ids": [1, 2, 3, 1, 2, 3]}, empty)
     field = next(iter(empty))
-    bad(invoke("ngram", str(corpus)), str(corpus), "line 2", field)
-    bad(invoke("predict", str(_replay_scenario(tmp_path, corpus))), str(corpus), "line 2", field)
+    assert_refused(invoke("ngram", str(corpus)), str(corpus), "line 2", field)
+    assert_refused(invoke("predict", str(_replay_scenario(tmp_path, corpus))), str(corpus), "line 2", field)
 
 
 def test_a_corpus_of_one_token_outputs_says_why_there_is_nothing_to_replay(tmp_path):
     corpus = _corpus(tmp_path, {"output_ids": [5]}, {"output_ids": [6], "prompt_ids": [1, 2]})
-    line = bad(invoke("ngram", str(corpus)), str(corpus), "nothing to replay", "2 tokens")
+    line = assert_refused(invoke("ngram", str(corpus)), str(corpus), "nothing to replay", "2 tokens")
     assert "no output tokens" not in line
-    bad(invoke("predict", str(_replay_scenario(tmp_path, corpus))), str(corpus), "nothing to replay")
+    assert_refused(invoke("predict", str(_replay_scenario(tmp_path, corpus))), str(corpus), "nothing to replay")
 
 
 def test_output_ids_win_over_text_as_documented():

@@ -5,36 +5,25 @@ naming the file and the field or flag, never a traceback."""
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
-from tests.conftest import ROOT, SMALL
+from tests.conftest import ROOT, SMALL, assert_refused, cli_runner
+
+# this file's refusals: one line on stderr; stdout is not checked
+_refused = functools.partial(assert_refused, stdout_empty=False)
 
 M1 = ROOT / "calibration" / "profiles" / "m1-kimi-k25-8x-rtxpro6000-pcie.yaml"
 EAGLE3 = ROOT / "scenarios" / "eagle3.yaml"
 
 
 def _run(*args: Any):
-    try:
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(main, [str(a) for a in args])
-
-
-def _assert_bad_input(result, *needles: str) -> None:
-    where = f"exit {result.exit_code}; stderr: {result.stderr!r}; exception: {result.exception!r}"
-    assert result.exit_code == 2, where
-    assert isinstance(result.exception, SystemExit), where
-    assert "Traceback" not in result.output and "Traceback" not in result.stderr, where
-    assert len(result.stderr.strip().splitlines()) == 1, where
-    for needle in needles:
-        assert needle in result.stderr, f"{needle!r} missing; {where}"
+    return cli_runner().invoke(main, [str(a) for a in args])
 
 
 def _write(tmp_path: Path, data: Any, name: str) -> Path:
@@ -65,11 +54,11 @@ def _coef(value: Any, **more: Any) -> dict:
     ("server.spec_v2=1", "server.spec_v2"),
 ])
 def test_a_boolean_is_not_a_number_nor_a_number_a_boolean(override, key):
-    _assert_bad_input(_run("predict", EAGLE3, "--set", override), "eagle3.yaml", key)
+    _refused(_run("predict", EAGLE3, "--set", override), "eagle3.yaml", key)
 
 
 def test_true_as_a_number_says_so():
-    _assert_bad_input(_run("predict", EAGLE3, "--set", "acceptance.accept_length=true"),
+    _refused(_run("predict", EAGLE3, "--set", "acceptance.accept_length=true"),
                       "true and false are not numbers")
 
 
@@ -95,7 +84,7 @@ def test_true_as_a_number_says_so():
 ], ids=["scheduler-huge", "efficiency-below-fit-bound", "kernel-gap-huge", "draft-step-huge", "value-true",
         "interval-negative", "interval-reversed", "interval-misses-value"])
 def test_implausible_profile_coefficients(tmp_path, profile, needles):
-    _assert_bad_input(_run("predict", _with_profile(tmp_path, profile)), "small.yaml", "calibration",
+    _refused(_run("predict", _with_profile(tmp_path, profile)), "small.yaml", "calibration",
                       "profile.yaml", *needles)
 
 
@@ -115,7 +104,7 @@ def _m1_curve(**changes: Any) -> dict:
 def test_implausible_all_reduce_curve(tmp_path, changes, key):
     path = _write(tmp_path, _m1_curve(**changes), "m1.yaml")
     res = _run("predict", ROOT / "scenarios" / "baseline.yaml", "--set", f"calibration={path}")
-    _assert_bad_input(res, "baseline.yaml", "calibration", "m1.yaml", key)
+    _refused(res, "baseline.yaml", "calibration", "m1.yaml", key)
 
 
 def test_measured_on_tp_is_a_whole_number(tmp_path):
@@ -123,7 +112,7 @@ def test_measured_on_tp_is_a_whole_number(tmp_path):
     profile["measured_on"]["tp"] = 8.0
     path = _write(tmp_path, profile, "m1.yaml")
     res = _run("predict", ROOT / "scenarios" / "baseline.yaml", "--set", f"calibration={path}")
-    _assert_bad_input(res, "baseline.yaml", "calibration", "m1.yaml", "measured_on.tp")
+    _refused(res, "baseline.yaml", "calibration", "m1.yaml", "measured_on.tp")
 
 
 def test_checked_in_profiles_load():
@@ -167,24 +156,24 @@ def test_overlap_on_off_in_the_file(tmp_path):
 ])
 def test_an_empty_path_is_not_a_file(override, key):
     scenario = ROOT / "scenarios" / "ngram_chain_replay.yaml"
-    _assert_bad_input(_run("predict", scenario, "--set", override), "ngram_chain_replay.yaml", key,
+    _refused(_run("predict", scenario, "--set", override), "ngram_chain_replay.yaml", key,
                       "must be a path to a file")
 
 
 def test_a_profile_that_is_not_a_mapping_names_the_scenario(tmp_path):
     (tmp_path / "p.yaml").write_text("- 1\n- 2\n")
-    _assert_bad_input(_run("predict", EAGLE3, "--set", f"calibration={tmp_path / 'p.yaml'}"),
+    _refused(_run("predict", EAGLE3, "--set", f"calibration={tmp_path / 'p.yaml'}"),
                       "eagle3.yaml: calibration: ", "p.yaml", "must be a YAML mapping")
 
 
 def test_a_directory_as_profile_names_the_scenario(tmp_path):
-    _assert_bad_input(_run("predict", EAGLE3, "--set", f"calibration={tmp_path}"),
+    _refused(_run("predict", EAGLE3, "--set", f"calibration={tmp_path}"),
                       "eagle3.yaml: calibration: ", "cannot read")
 
 
 def test_a_scenario_given_as_profile_is_recognised():
     res = _run("predict", EAGLE3, "--set", f"calibration={ROOT / 'scenarios' / 'baseline.yaml'}")
-    _assert_bad_input(res, "eagle3.yaml: calibration: ", "baseline.yaml", "is a scenario",
+    _refused(res, "eagle3.yaml: calibration: ", "baseline.yaml", "is a scenario",
                       "not a calibration profile")
     assert "unknown key" not in res.stderr
 
@@ -193,17 +182,17 @@ def test_a_scenario_given_as_profile_is_recognised():
 
 
 def test_set_value_that_is_not_yaml():
-    _assert_bad_input(_run("predict", EAGLE3, "--set", "model=[1,"), "eagle3.yaml", "model", "not valid YAML")
+    _refused(_run("predict", EAGLE3, "--set", "model=[1,"), "eagle3.yaml", "model", "not valid YAML")
     assert "scalar" not in _run("predict", EAGLE3, "--set", "model=[1,").stderr.split("not valid YAML")[0]
 
 
 def test_set_path_with_an_empty_segment():
-    _assert_bad_input(_run("predict", EAGLE3, "--set", "hardware..gpu=1"), "eagle3.yaml",
+    _refused(_run("predict", EAGLE3, "--set", "hardware..gpu=1"), "eagle3.yaml",
                       "'hardware..gpu' is not a field path")
 
 
 def test_set_a_section_to_nothing_says_so():
-    _assert_bad_input(_run("predict", EAGLE3, "--set", "hardware="), "eagle3.yaml", "hardware", "(got None)")
+    _refused(_run("predict", EAGLE3, "--set", "hardware="), "eagle3.yaml", "hardware", "(got None)")
 
 
 # ------------------------------------------------------------------------------------------- 6, 7: flags
@@ -212,13 +201,13 @@ def test_set_a_section_to_nothing_says_so():
 @pytest.mark.parametrize("flag", ["--price", "--train-tokens", "--train-epochs", "--train-throughput",
                                   "--gen-tokens", "--gen-throughput", "--train-gpus"])
 def test_cost_refuses_implausibly_large_inputs(flag):
-    _assert_bad_input(_run("cost", EAGLE3, flag, "1e300"), flag, "allowed:", "implausibly large")
+    _refused(_run("cost", EAGLE3, flag, "1e300"), flag, "allowed:", "implausibly large")
 
 
 def test_optimize_max_steps_beyond_the_schema(tmp_path):
     from simspec.scenario.schema import MAX_NUM_STEPS
 
-    _assert_bad_input(_run("optimize", EAGLE3, "--max-steps", str(MAX_NUM_STEPS + 1)), "--max-steps",
+    _refused(_run("optimize", EAGLE3, "--max-steps", str(MAX_NUM_STEPS + 1)), "--max-steps",
                       f"allowed 1..{MAX_NUM_STEPS}")
 
 

@@ -7,23 +7,15 @@ import json
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.analysis.metrics import summarize
 from simspec.cli import main
 from simspec.scenario.loader import load_scenario
 from simspec.simulate import run
 from simspec.studies import optimize as study
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, cli_runner
 
 POSITIONAL = [0.7, 0.1, 0.05, 0.03]
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
 
 
 def _write(tmp_path, data, name="s.yaml") -> str:
@@ -100,10 +92,10 @@ def test_latency_bound_is_respected(tree):
 
 
 def test_unreachable_bound_says_no_feasible_point(tree):
-    res = _runner().invoke(main, ["optimize", tree, "--max-steps", "1", "--max-tpot-ms", "0.001"])
+    res = cli_runner().invoke(main, ["optimize", tree, "--max-steps", "1", "--max-tpot-ms", "0.001"])
     assert res.exit_code == 0, res.output
     assert "no feasible point: none of the" in res.stdout and "TPOT p99 <= 0.001 ms" in res.stdout
-    out = json.loads(_runner().invoke(main, ["optimize", tree, "--max-steps", "1", "--max-tpot-ms", "0.001",
+    out = json.loads(cli_runner().invoke(main, ["optimize", tree, "--max-steps", "1", "--max-tpot-ms", "0.001",
                                              "--json"]).stdout)
     assert out["concurrencies"][0]["winner"] is None
 
@@ -144,11 +136,11 @@ def test_parallel_jobs_give_the_same_choice(tree):
 
 
 def test_cli_json_and_table(tree):
-    res = _runner().invoke(main, ["optimize", tree, "--concurrency", "1,2", "--max-steps", "1", "--json"])
+    res = cli_runner().invoke(main, ["optimize", tree, "--concurrency", "1,2", "--max-steps", "1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [g["concurrency"] for g in out["concurrencies"]] == [1, 2]
-    table = _runner().invoke(main, ["optimize", tree, "--max-steps", "1"])
+    table = cli_runner().invoke(main, ["optimize", tree, "--max-steps", "1"])
     assert table.exit_code == 0, table.output
     for text in ("winner", "runner-up", "margin", "eagle3: "):
         assert text in table.stdout, text
@@ -171,7 +163,7 @@ def test_a_box_that_does_not_exist_is_named_in_the_notes(tree):
     (["--setups", "missing.yaml"], "file not found"),
 ])
 def test_bad_input_exits_2_with_one_line(tree, args, says):
-    res = _runner().invoke(main, ["optimize", tree, *args])
+    res = cli_runner().invoke(main, ["optimize", tree, *args])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error:") and says in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
@@ -179,20 +171,20 @@ def test_bad_input_exits_2_with_one_line(tree, args, says):
 
 def test_bad_setups_file_exits_2(tmp_path, tree):
     bad = _write(tmp_path, {"ngram": {"acceptance": {"accept_length": 0.5}}}, "setups.yaml")
-    res = _runner().invoke(main, ["optimize", tree, "--setups", bad])
+    res = cli_runner().invoke(main, ["optimize", tree, "--setups", bad])
     assert res.exit_code == 2
     assert "algorithm ngram as set up in" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
 def test_missing_scenario_exits_2(tmp_path):
-    res = _runner().invoke(main, ["optimize", str(tmp_path / "nope.yaml")])
+    res = cli_runner().invoke(main, ["optimize", str(tmp_path / "nope.yaml")])
     assert res.exit_code == 2 and "file not found" in res.stderr
 
 
 def test_replayed_ngram_acceptance_searches_the_draft_budget():
     """With acceptance replayed from a corpus every num_draft_tokens has a defined accept length, so the
     optimizer searches N (each point replays the drafter at that budget)."""
-    res = _runner().invoke(main, ["optimize", str(SCENARIOS / "ngram_chain_replay.yaml"), "--concurrency", "1",
+    res = cli_runner().invoke(main, ["optimize", str(SCENARIOS / "ngram_chain_replay.yaml"), "--concurrency", "1",
                                   "--json", "--set", "workload.num_requests=1",
                                   "--set", "workload.output_tokens.value=64"])
     assert res.exit_code == 0, res.output

@@ -10,32 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.errors import InputError
 from simspec.outputs import check_output, same_file
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, assert_refused, cli_runner
 
 PROFILE = (SCENARIOS.parent / "calibration" / "profiles" / "m1-kimi-k25-8x-rtxpro6000-pcie.yaml").resolve()
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
-
-
-def _assert_refused(res, *needles: str) -> None:
-    """Exit code 2, one clean line on stderr holding every needle, no traceback, nothing on stdout."""
-    where = f"exit {res.exit_code}; stdout: {res.output!r}; stderr: {res.stderr!r}; exception: {res.exception!r}"
-    assert res.exit_code == 2, where
-    assert isinstance(res.exception, SystemExit), where
-    assert "Traceback" not in res.output + res.stderr, where
-    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, where
-    for needle in needles:
-        assert needle in res.stderr, f"{needle!r} missing; {where}"
 
 
 @pytest.fixture
@@ -85,8 +66,8 @@ SWEEP_CASES = [
 @pytest.mark.parametrize(("args", "file", "flag", "message"), SWEEP_CASES, ids=[" ".join(c[0]) for c in SWEEP_CASES])
 def test_sweep_refuses_an_output_that_is_an_input_or_has_the_wrong_suffix(box, args, file, flag, message):
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["sweep", "sweep.yaml", "--jobs", "1", *args])
-    _assert_refused(res, f"{file}: {flag}: {message}")
+    res = cli_runner().invoke(main, ["sweep", "sweep.yaml", "--jobs", "1", *args])
+    assert_refused(res, f"{file}: {flag}: {message}")
     unchanged()
 
 
@@ -94,8 +75,8 @@ def test_sweep_with_an_inline_scenario_refuses_its_own_file(box):
     data = yaml.safe_load((box / "scenario.yaml").read_text())
     (box / "inline.yaml").write_text(yaml.safe_dump({"scenario": data, "grid": {"seed": [0]}}))
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["sweep", "inline.yaml", "--out", "inline.yaml"])
-    _assert_refused(res, "inline.yaml: --out: is the sweep file")
+    res = cli_runner().invoke(main, ["sweep", "inline.yaml", "--out", "inline.yaml"])
+    assert_refused(res, "inline.yaml: --out: is the sweep file")
     unchanged()
 
 
@@ -110,8 +91,8 @@ PREDICT_CASES = [
 @pytest.mark.parametrize(("args", "file", "message"), PREDICT_CASES, ids=[" ".join(c[0]) for c in PREDICT_CASES])
 def test_predict_refuses_a_trace_that_is_an_input_or_not_json(box, args, file, message):
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["predict", "scenario.yaml", *args])
-    _assert_refused(res, f"{file}: --trace: {message}")
+    res = cli_runner().invoke(main, ["predict", "scenario.yaml", *args])
+    assert_refused(res, f"{file}: --trace: {message}")
     unchanged()
 
 
@@ -121,16 +102,16 @@ def test_predict_refuses_a_trace_over_the_scenarios_calibration_profile(box):
     data = yaml.safe_load((box / "scenario.yaml").read_text())
     (box / "scenario.yaml").write_text(yaml.safe_dump({**data, "calibration": "profile.json"}, sort_keys=False))
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["predict", "scenario.yaml", "--trace", "profile.json"])
-    _assert_refused(res, "profile.json: --trace: is the scenario's calibration profile")
+    res = cli_runner().invoke(main, ["predict", "scenario.yaml", "--trace", "profile.json"])
+    assert_refused(res, "profile.json: --trace: is the scenario's calibration profile")
     unchanged()
 
 
 def test_predict_refuses_a_trace_that_links_to_the_scenario(box):
     (box / "link.json").symlink_to(box / "scenario.yaml")
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["predict", "scenario.yaml", "--trace", "link.json"])
-    _assert_refused(res, "link.json: --trace: is the scenario file")
+    res = cli_runner().invoke(main, ["predict", "scenario.yaml", "--trace", "link.json"])
+    assert_refused(res, "link.json: --trace: is the scenario file")
     unchanged()
 
 
@@ -145,8 +126,8 @@ REPORT_CASES = [
 @pytest.mark.parametrize(("args", "file", "message"), REPORT_CASES, ids=[" ".join(c) for c, _, _ in REPORT_CASES])
 def test_report_refuses_an_output_that_is_its_table_or_not_html(box, args, file, message):
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["report", *args])
-    _assert_refused(res, f"{file}: --out: {message}")
+    res = cli_runner().invoke(main, ["report", *args])
+    assert_refused(res, f"{file}: --out: {message}")
     unchanged()
 
 
@@ -154,20 +135,20 @@ def test_report_refuses_its_default_output_when_that_is_the_table(box):
     """`report T.html` on a table named .html: the default page name (the table's with .html) is the table."""
     os.replace(box / "table.csv", box / "table.html")
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["report", "table.html"])
-    _assert_refused(res, "table.html: --out: is the table")
+    res = cli_runner().invoke(main, ["report", "table.html"])
+    assert_refused(res, "table.html: --out: is the table")
     unchanged()
 
 
 def test_an_allowed_name_is_accepted_in_any_case(box):
-    res = _runner().invoke(main, ["report", "table.csv", "--out", "Page.HTM"])
+    res = cli_runner().invoke(main, ["report", "table.csv", "--out", "Page.HTM"])
     assert res.exit_code == 0, res.output + res.stderr
     assert (box / "Page.HTM").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 def test_plot_out_dir_that_is_a_file_exits_2(box):
     unchanged = _unchanged(box)
-    res = _runner().invoke(main, ["plot", "table.csv", "--out-dir", "table.csv"])
+    res = cli_runner().invoke(main, ["plot", "table.csv", "--out-dir", "table.csv"])
     assert res.exit_code == 2 and "--out-dir" in res.stderr and "table.csv" in res.stderr, res.stderr
     assert "Traceback" not in res.output + res.stderr
     unchanged()

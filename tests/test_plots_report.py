@@ -9,12 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.studies import html_report, plots
 from simspec.studies import sweep as S
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, assert_refused, cli_runner
 
 BASELINE = str(SCENARIOS / "baseline.yaml")
 EAGLE3 = str(SCENARIOS / "eagle3.yaml")
@@ -23,19 +22,12 @@ SPEC = {"speculative": {"algorithm": "eagle3", "drafter": "eagle3-kimi-k2.5", "n
 TINY = {"workload.num_requests": [8], "workload.output_tokens.value": [16]}
 
 
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
-
-
 def _sweep(tmp: Path, name: str, spec: dict) -> Path:
     """Run a sweep through the command line and return its CSV table."""
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     out = tmp / f"{name}.csv"
-    res = _runner().invoke(main, ["sweep", str(path), "--out", str(out), "--jobs", "1"])
+    res = cli_runner().invoke(main, ["sweep", str(path), "--out", str(out), "--jobs", "1"])
     assert res.exit_code == 0, res.output + res.stderr
     return out
 
@@ -60,7 +52,7 @@ def tables(tmp_path_factory) -> dict[str, Path]:
 
 def test_plot_draws_what_the_columns_allow_and_says_what_it_skips(tables, tmp_path):
     out = tmp_path / "plots"
-    res = _runner().invoke(main, ["plot", str(tables["interconnects"]), "--out-dir", str(out)])
+    res = cli_runner().invoke(main, ["plot", str(tables["interconnects"]), "--out-dir", str(out)])
     assert res.exit_code == 0, res.output + res.stderr
     for name in ("tokens_per_s_vs_concurrency", "iteration_breakdown", "speedup_vs_allreduce"):
         for fmt in ("png", "svg"):
@@ -152,7 +144,7 @@ def test_heatmap_has_the_break_even_contour(tables, tmp_path):
     assert "(hypothetical box)" in ax.get_title()
     assert ("their cells starred: a box that does not exist\ngpu-x on y at TP 8"
             in starred.figure.texts[0].get_text())
-    res = _runner().invoke(main, ["plot", str(tables["heatmap"]), "--out-dir", str(tmp_path), "--format", "png"])
+    res = cli_runner().invoke(main, ["plot", str(tables["heatmap"]), "--out-dir", str(tmp_path), "--format", "png"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "speedup_heatmap.png").stat().st_size > 5_000
     assert "skipped tokens_per_s_vs_concurrency" in res.output and "skipped speedup_vs_allreduce" in res.output
@@ -160,7 +152,7 @@ def test_heatmap_has_the_break_even_contour(tables, tmp_path):
 
 def test_report_is_one_self_contained_page_with_every_row(tables, tmp_path):
     out = tmp_path / "report.html"
-    res = _runner().invoke(main, ["report", str(tables["interconnects"]), "--out", str(out)])
+    res = cli_runner().invoke(main, ["report", str(tables["interconnects"]), "--out", str(out)])
     assert res.exit_code == 0, res.output + res.stderr
     page = out.read_text(encoding="utf-8")
     assert len(page) > 20_000
@@ -178,17 +170,6 @@ def test_report_is_one_self_contained_page_with_every_row(tables, tmp_path):
     assert "<b>odd" not in page and "&lt;b&gt;odd &amp; name&lt;/b&gt;" in page
 
 
-def _assert_refused(res, *needles: str) -> None:
-    """Exit code 2, one clean line on stderr holding every needle, no traceback, nothing on stdout."""
-    where = f"exit {res.exit_code}; stdout: {res.output!r}; stderr: {res.stderr!r}; exception: {res.exception!r}"
-    assert res.exit_code == 2, where
-    assert isinstance(res.exception, SystemExit), where
-    assert "Traceback" not in res.output + res.stderr, where
-    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, where
-    for needle in needles:
-        assert needle in res.stderr, f"{needle!r} missing; {where}"
-
-
 def _outputs(command: str, tmp_path: Path) -> list[str]:
     return ["--out-dir", str(tmp_path / "p")] if command == "plot" else ["--out", str(tmp_path / "r.html")]
 
@@ -204,8 +185,8 @@ def test_report_and_plot_of_a_table_where_every_point_failed(tmp_path, command):
                           "tokens_per_s": [None, None]})
     path = tmp_path / "failed.csv"
     table.to_csv(path, index=False)
-    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
-    _assert_refused(res, "failed.csv", f"nothing to {command}: every point failed (2 of 2)", "x: too long")
+    res = cli_runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    assert_refused(res, "failed.csv", f"nothing to {command}: every point failed (2 of 2)", "x: too long")
     assert _nothing_written(tmp_path)
     page = html_report.render(S.read_table(path), "t")  # the page itself still lists them
     assert "Failed points (2)" in page and "x: too long" in page
@@ -215,8 +196,8 @@ def test_report_and_plot_of_a_table_where_every_point_failed(tmp_path, command):
 def test_report_and_plot_of_a_table_with_no_rows(tables, tmp_path, command):
     path = tmp_path / "empty.csv"
     pd.read_csv(tables["heatmap"]).iloc[0:0].to_csv(path, index=False)  # the header only
-    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
-    _assert_refused(res, "empty.csv", f"nothing to {command}: the table has no rows")
+    res = cli_runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    assert_refused(res, "empty.csv", f"nothing to {command}: the table has no rows")
     assert _nothing_written(tmp_path)
 
 
@@ -242,8 +223,8 @@ def test_a_plotted_column_that_is_not_a_number_exits_2(tables, tmp_path, command
     df.loc[row, column] = text
     path = tmp_path / "edited.csv"
     df.to_csv(path, index=False)
-    res = _runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
-    _assert_refused(res, "edited.csv", f": {column}: ", f"'{text}' at point {df.loc[row, 'point']}",
+    res = cli_runner().invoke(main, [command, str(path), *_outputs(command, tmp_path)])
+    assert_refused(res, "edited.csv", f": {column}: ", f"'{text}' at point {df.loc[row, 'point']}",
                     "allowed: a finite number")
     assert _nothing_written(tmp_path)
 
@@ -257,20 +238,20 @@ def test_a_failed_point_whose_swept_value_is_not_a_number_is_left_out_of_the_hea
     df.loc[failed, "acceptance.accept_length"] = "abc"
     path = tmp_path / "tried.csv"
     df.to_csv(path, index=False)
-    res = _runner().invoke(main, ["plot", str(path), "--out-dir", str(tmp_path / "p"), "--format", "png"])
+    res = cli_runner().invoke(main, ["plot", str(path), "--out-dir", str(tmp_path / "p"), "--format", "png"])
     assert res.exit_code == 0, res.output + res.stderr
     assert (tmp_path / "p" / "speedup_heatmap.png").is_file()
-    res = _runner().invoke(main, ["report", str(path), "--out", str(tmp_path / "r.html")])
+    res = cli_runner().invoke(main, ["report", str(path), "--out", str(tmp_path / "r.html")])
     assert res.exit_code == 0, res.output + res.stderr
     assert "abc" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
 def test_bad_tables_and_formats_exit_2(tmp_path):
-    res = _runner().invoke(main, ["report", str(tmp_path / "missing.csv")])
+    res = cli_runner().invoke(main, ["report", str(tmp_path / "missing.csv")])
     assert res.exit_code == 2 and "missing.csv: file not found" in res.stderr
     other = tmp_path / "other.csv"
     other.write_text("a,b\n1,2\n")
-    res = _runner().invoke(main, ["plot", str(other)])
+    res = cli_runner().invoke(main, ["plot", str(other)])
     assert res.exit_code == 2 and "not a table written by `simspec sweep`" in res.stderr
-    res = _runner().invoke(main, ["plot", str(other), "--format", "png,bmp"])
+    res = cli_runner().invoke(main, ["plot", str(other), "--format", "png,bmp"])
     assert res.exit_code == 2 and "allowed: png, svg, pdf" in res.stderr

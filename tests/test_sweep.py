@@ -15,13 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.predict import predict
 from simspec.scenario.loader import load_scenario
 from simspec.studies import sweep as S
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, cli_runner
 
 SWEEPS = SCENARIOS / "sweeps"
 BASELINE = SCENARIOS / "baseline.yaml"
@@ -34,13 +33,6 @@ TINY = {"workload.num_requests": [4], "workload.output_tokens.value": [24]}
 EAGLE3 = {"speculative": {"algorithm": "eagle3", "drafter": "eagle3-kimi-k2.5", "num_steps": 3, "topk": 1,
                           "num_draft_tokens": 4}, "acceptance": {"accept_length": 1.8}}
 NGRAM = {"speculative": {"algorithm": "ngram", "num_draft_tokens": 4}, "acceptance": {"accept_length": 1.4}}
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
 
 
 def _write(tmp_path: Path, spec: dict, name: str = "sweep.yaml") -> str:
@@ -186,7 +178,7 @@ def test_a_failing_point_is_reported_and_the_others_run(tmp_path):
     assert df["tokens_per_s"].isna().tolist() == [False, True, False]
 
     out = tmp_path / "t.csv"
-    res = _runner().invoke(main, ["sweep", path, "--out", str(out), "--jobs", "1"])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(out), "--jobs", "1"])
     assert res.exit_code == 0, res.output + res.stderr
     assert "warning" in res.stderr and "point 1" in res.stderr and "accept length 9.0" in res.stderr
     table = pd.read_csv(out)
@@ -195,7 +187,7 @@ def test_a_failing_point_is_reported_and_the_others_run(tmp_path):
 
 def test_every_point_failing_exits_2(tmp_path):
     spec = _m1_sweep(setups={"eagle3": EAGLE3}, grid={"acceptance.accept_length": [8.0, 9.0]})
-    res = _runner().invoke(main, ["sweep", _write(tmp_path, spec), "--out", str(tmp_path / "t.csv"), "--jobs", "1"])
+    res = cli_runner().invoke(main, ["sweep", _write(tmp_path, spec), "--out", str(tmp_path / "t.csv"), "--jobs", "1"])
     assert res.exit_code == 2
     assert "every point failed" in res.stderr and "sweep.yaml" in res.stderr
 
@@ -223,7 +215,7 @@ BAD_SWEEPS = [
 @pytest.mark.parametrize(("spec", "key", "message"), BAD_SWEEPS, ids=[str(i) for i in range(len(BAD_SWEEPS))])
 def test_bad_sweep_files_exit_2_naming_file_and_key(tmp_path, spec, key, message):
     path = _write(tmp_path, spec)
-    res = _runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv")])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv")])
     assert res.exit_code == 2, res.output
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1, err
@@ -237,17 +229,17 @@ def test_bad_sweep_files_exit_2_naming_file_and_key(tmp_path, spec, key, message
 def test_not_yaml_and_bad_options_exit_2(tmp_path):
     bad = tmp_path / "sweep.yaml"
     bad.write_text("grid: [1, 2\n")
-    res = _runner().invoke(main, ["sweep", str(bad)])
+    res = cli_runner().invoke(main, ["sweep", str(bad)])
     assert res.exit_code == 2 and "not valid YAML" in res.stderr
     good = _write(tmp_path, _m1_sweep(grid={"seed": [0], **TINY}), "good.yaml")
-    res = _runner().invoke(main, ["sweep", good, "--address", "ray://x:10001"])
+    res = cli_runner().invoke(main, ["sweep", good, "--address", "ray://x:10001"])
     assert res.exit_code == 2 and "--address applies only to --backend ray" in res.stderr
 
 
 def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` now raises ImportError
     good = _write(tmp_path, _m1_sweep(grid={"seed": [0], **TINY}))
-    res = _runner().invoke(main, ["sweep", good, "--out", str(tmp_path / "t.csv"), "--parquet",
+    res = cli_runner().invoke(main, ["sweep", good, "--out", str(tmp_path / "t.csv"), "--parquet",
                                   str(tmp_path / "t.parquet")])
     assert res.exit_code == 2 and "pip install pyarrow" in res.stderr
     assert not (tmp_path / "t.csv").exists()  # checked before anything runs
@@ -256,7 +248,7 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
 def test_a_parquet_name_for_the_csv_table_is_refused(tmp_path):
     """--out writes CSV: a .parquet name would hold CSV that Parquet readers then reject."""
     good = _write(tmp_path, _m1_sweep(grid={"seed": [0], **TINY}))
-    res = _runner().invoke(main, ["sweep", good, "--out", str(tmp_path / "t.parquet")])
+    res = cli_runner().invoke(main, ["sweep", good, "--out", str(tmp_path / "t.parquet")])
     assert res.exit_code == 2 and "--out" in res.stderr and "--parquet FILE" in res.stderr, res.stderr
     assert not (tmp_path / "t.parquet").exists()  # checked before anything runs
 
@@ -265,7 +257,7 @@ def test_parquet_round_trip(tmp_path):
     pytest.importorskip("pyarrow", reason="pyarrow is needed for Parquet")
     spec = _m1_sweep(setups={"baseline": {}, "eagle3": EAGLE3}, grid={"seed": [0], **TINY})
     out, pq = tmp_path / "t.csv", tmp_path / "t.parquet"
-    res = _runner().invoke(main, ["sweep", _write(tmp_path, spec), "--out", str(out), "--parquet", str(pq),
+    res = cli_runner().invoke(main, ["sweep", _write(tmp_path, spec), "--out", str(out), "--parquet", str(pq),
                                   "--jobs", "1"])
     assert res.exit_code == 0, res.output + res.stderr
     a, b = S.read_table(out), S.read_table(pq)

@@ -7,20 +7,12 @@ import multiprocessing
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.studies import sweep as S
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, cli_runner
 
 EAGLE3 = SCENARIOS / "eagle3.yaml"
-
-
-def _runner() -> CliRunner:
-    try:
-        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        return CliRunner()
 
 
 def _sweep(tmp_path, body: str) -> str:
@@ -53,7 +45,7 @@ def _refused(res, tmp_path, key: str, *words: str) -> str:
 def test_a_self_referencing_anchor_is_refused_naming_the_key(tmp_path, body, key):
     path = tmp_path / "sweep.yaml"
     path.write_text(body + "\n")
-    res = _runner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "t.csv"), "--fast"])
+    res = cli_runner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "t.csv"), "--fast"])
     _refused(res, tmp_path, key, "refers to itself")
 
 
@@ -84,7 +76,7 @@ def test_ctrl_c_writes_the_finished_points_and_exits_130(tmp_path, monkeypatch):
     path = _sweep(tmp_path, "grid: {seed: [0, 1, 2, 3, 4]}")
     out, pq = tmp_path / "t.csv", tmp_path / "t.parquet"
     pytest.importorskip("pyarrow")
-    res = _runner().invoke(main, ["sweep", path, "--out", str(out), "--parquet", str(pq), "--fast", "--jobs", "1"])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(out), "--parquet", str(pq), "--fast", "--jobs", "1"])
     assert res.exit_code == 130, (res.output, res.stderr)
     assert "Traceback" not in res.output + res.stderr
     assert "interrupted" in res.stderr and "2 of 5 points" in res.stderr and str(out) in res.stderr
@@ -119,18 +111,18 @@ def test_a_sweep_over_the_cap_is_refused_before_it_is_expanded(tmp_path):
     axis = ", ".join(map(str, range(1, 201)))
     path = _sweep(tmp_path, f"grid: {{seed: [{axis}], workload.num_requests: [{axis}], "
                             f"workload.arrival.concurrency: [{axis}]}}")
-    res = _runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--fast"])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--fast"])
     _refused(res, tmp_path, "grid", "8,000,000 points", "100,000", "--max-points")
-    res = _runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv")])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv")])
     _refused(res, tmp_path, "grid", "10,000", "--max-points")
 
 
 def test_max_points_sets_the_cap(tmp_path):
     path = _sweep(tmp_path, "setups: {a: {seed: 0}, b: {seed: 1}}\ngrid: {workload.num_requests: [1, 2, 3]}")
-    res = _runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--max-points", "5"])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--max-points", "5"])
     _refused(res, tmp_path, "grid", "6 points (2 setups x 3 grid.workload.num_requests)", "5")
     assert len(S.load_sweep(path, max_points=6).points) == 6
-    assert "--max-points" in _runner().invoke(main, ["sweep", "--help"]).output
+    assert "--max-points" in cli_runner().invoke(main, ["sweep", "--help"]).output
 
 
 # ------------------------------------------------------------------------------------------ 4: blame
@@ -147,6 +139,6 @@ def test_a_point_error_from_a_sweep_value_names_the_sweep_key(tmp_path):
 def test_a_section_replaced_by_a_setup_is_blamed_on_the_setup(tmp_path):
     path = _sweep(tmp_path, "setups: {big: {speculative: {algorithm: eagle3, drafter: eagle3-kimi-k2.5, num_steps: 3,"
                             " topk: 1, num_draft_tokens: 64}}}")
-    res = _runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--fast"])
+    res = cli_runner().invoke(main, ["sweep", path, "--out", str(tmp_path / "t.csv"), "--fast"])
     assert res.exit_code == 2 and "Traceback" not in res.output + res.stderr
     assert "sweep.yaml: setups.big.speculative.num_draft_tokens: " in res.stderr, res.stderr

@@ -599,7 +599,6 @@ def test_qwen3_235b_carries_its_siblings_locality_and_says_it_was_not_measured()
         assert models[name].num_shared_experts > 0 and models[name].moe_routing_locality is None
 
 
-
 def test_a_carried_locality_keeps_its_label_where_the_user_sees_its_source(small):
     """The figure a scenario resolves to names its model and says it was not measured for it (--sources)."""
     rs = _qwen3_moe(small, model="qwen3-235b-a22b-fp8", tp=4)
