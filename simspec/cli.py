@@ -52,20 +52,6 @@ def _replay_status(scenario_file: str, overrides: tuple[str, ...]) -> Any:
 TRACE_SUFFIXES = (".json",)  # write_chrome_trace writes plain JSON
 
 
-def check_output_dir(path: str, flag: str) -> None:
-    """Refuse, before any work, an output path whose folder does not exist or cannot be written: otherwise the
-    command would compute everything and only then fail to write, losing its result."""
-    import os
-
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise InputError(f"folder {str(parent)!r} does not exist; allowed: a file in an existing folder (create it "
-                         f"first)", file=path, key=flag)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"folder {str(parent)!r} is not writable; allowed: a file in a folder you can write",
-                         file=path, key=flag)
-
-
 def _scenario_inputs(rs: Any) -> list[tuple[str, Path]]:
     """The files a loaded scenario was read from: the scenario, its calibration profile, its replay corpus and
     tokenizer (where it names them)."""
@@ -93,13 +79,13 @@ def predict(scenario_file: str, overrides: tuple[str, ...], as_json: bool, show_
             trace_path: str | None, trace_detail: int) -> None:
     """Predict tok/s, its breakdown and the no-speculation baseline for SCENARIO_FILE."""
     from simspec.analysis.report import render
-    from simspec.outputs import check_output
+    from simspec.outputs import check_folder, check_output
     from simspec.predict import check_decodes, predict_with_run
     from simspec.scenario.loader import load_scenario
 
     try:
         if trace_path is not None:  # before any work: the scenario's other files are known once it loads
-            check_output_dir(trace_path, "--trace")
+            check_folder(trace_path, "--trace")
             check_output(trace_path, "--trace", "a Chrome trace (JSON)", TRACE_SUFFIXES,
                          [("the scenario file", scenario_file)])
         with _replay_status(scenario_file, overrides):

@@ -34,3 +34,14 @@ def check_output(path: str, flag: str, what: str, suffixes: Sequence[str],
         allowed = " or ".join(suffixes)
         raise InputError(f"writes {what}; allowed: a file name ending in {allowed}", file=path, key=flag)
 
+
+def check_folder(path: str, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder does not exist or cannot be written: otherwise the
+    command would compute everything and only then fail to write, losing its result."""
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise InputError(f"folder {str(parent)!r} does not exist; allowed: a file in an existing folder (create it "
+                         f"first)", file=path, key=flag)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"folder {str(parent)!r} is not writable; allowed: a file in a folder you can write",
+                         file=path, key=flag)

@@ -77,7 +77,7 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
 
     from simspec.cli import fail
     from simspec.errors import InputError
-    from simspec.outputs import check_output
+    from simspec.outputs import check_folder, check_output
     from simspec.studies import sweep as S
 
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -103,9 +103,8 @@ def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | Non
                          [*inputs, ("the --out table", out_path)])
         # a table that cannot be written should be said before the points run, not after
         for flag, target in (("--out", out_path), ("--parquet", parquet)):
-            if target and not Path(target).resolve().parent.is_dir():
-                raise InputError(f"the directory {Path(target).resolve().parent} does not exist", file=target,
-                                 key=flag)
+            if target:
+                check_folder(target, flag)
         t0 = time.perf_counter()
         try:
             df = S.run_points(spec, jobs=jobs, backend=backend, address=address, fast=fast, progress=True)

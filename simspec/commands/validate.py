@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -40,6 +39,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     from simspec import validation as v
     from simspec.cli import fail, jsonable
     from simspec.errors import InputError
+    from simspec.outputs import check_folder
 
     try:
         if plot_path is not None:
@@ -50,21 +50,17 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 raise InputError(f"the image format comes from the file name's suffix: "
                                  f"{', '.join('.' + f for f in FORMATS)}, not {Path(plot_path).suffix or 'none'}",
                                  file=plot_path, key="--plot")
-            folder = Path(plot_path).resolve().parent
-            if not folder.is_dir():
-                raise InputError(f"{folder} is not an existing folder", file=plot_path, key="--plot")
-            if not os.access(folder, os.W_OK):
-                raise InputError(f"{folder} is not writable", file=plot_path, key="--plot")
-        if check and not record and not (v.suite_root(directory) / v.RECORDED).exists():  # before minutes of work
-            recorded_path = v.suite_root(directory) / v.RECORDED
-            raise InputError(f"no recorded figure to check against: {recorded_path} does not exist; record one with"
-                             f" `simspec validate {directory} --record`", file=str(recorded_path), key="--check")
+            check_folder(plot_path, "--plot")
+        root = v.suite_root(directory)
+        if check and not record and not (root / v.RECORDED).exists():  # said before minutes of predicting
+            raise InputError(f"no recorded figure to check against: {root / v.RECORDED} does not exist; record one"
+                             f" with `simspec validate {directory} --record`", file=str(root / v.RECORDED),
+                             key="--check")
         files = v.case_files(directory)
         with Progress(transient=True, disable=as_json, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
             results = v.run_cases(files, progress=lambda: bar.advance(task))
         summary = v.summary(results)
-        root = v.suite_root(directory)
         recorded = v.recorded_mape(root)
         # kernel tables belong to the suite, not to one case: a single case file runs without them
         tables = kv.run_tables(kv.kernel_files(root)) if not Path(directory).is_file() else []
