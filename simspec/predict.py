@@ -9,6 +9,7 @@ from simspec.analysis.metrics import compare, compare_to_itself, summarize
 from simspec.errors import InputError
 from simspec.presets import interconnect_mismatch
 from simspec.scenario.loader import ResolvedScenario
+from simspec.scenario.schema import BENCH_SERVING_RANDOM, LengthDistribution
 from simspec.simulate import SimulationResult, baseline_of, run
 
 
@@ -90,15 +91,40 @@ def _baseline_summary(rs: ResolvedScenario) -> dict:
     return copy.deepcopy(hit)
 
 
+def can_draw_more_than_one(d: LengthDistribution) -> bool:
+    """Can this output-length distribution draw 2 or more tokens (workload.sample_lengths: rounded, clipped to
+    [min, max])? A normal or lognormal with std 0 draws its mean; with std > 0 its tail reaches any length."""
+    if d.max < 2:
+        return False
+    if d.dist in ("normal", "lognormal"):
+        assert d.mean is not None and d.std is not None
+        return d.std > 0 or max(round(d.mean), d.min) >= 2
+    longest = d.high if d.dist == "uniform" else d.value  # fixed and bench_serving_random: randint up to value
+    assert longest is not None
+    return max(longest, d.min) >= 2
+
+
 def check_decodes(rs: ResolvedScenario, sim: SimulationResult) -> None:
     """Refuse a run in which no request decoded: a request's first output token comes from its prefill, so with
     one output token each there is no decode step, and every decode figure (tokens/s, ITL, TPOT, speedup,
-    break-even) would be undefined. One request with two or more tokens is enough."""
+    break-even) would be undefined. One request with two or more tokens is enough. The message tells a
+    distribution that only ever gives 1 token from one that can give more but drew 1 for each request this run."""
     out = sim.requests.output_tokens
-    if len(out) and int(out.max()) < 2:
-        raise InputError("every simulated request has 1 output token, which its prefill produces: no decode step, "
-                         "so no decode figure (tokens/s, ITL, speedup) exists; allowed: lengths that can reach at "
-                         "least 2 output tokens", file=rs.path, key="workload.output_tokens")
+    if not len(out) or int(out.max()) >= 2:
+        return
+    why = "which its prefill produces: no decode step, so no decode figure (tokens/s, ITL, speedup) exists"
+    d = rs.scenario.workload.output_tokens
+    if not can_draw_more_than_one(d):
+        raise InputError(f"every request has 1 output token (this distribution draws no other length), {why};"
+                         " allowed: lengths that can reach at least 2 output tokens",
+                         file=rs.path, key="workload.output_tokens")
+    bench = d.dist == BENCH_SERVING_RANDOM  # draws with its own seed, not the scenario's
+    key, seed = ("workload.output_tokens.seed", d.seed) if bench else ("seed", rs.scenario.seed)
+    who = f"each of the {len(out)} requests" if len(out) > 1 else "the only request"
+    raise InputError(f"{key} {seed} drew 1 output token for {who} (the distribution can draw more), {why}; this "
+                     f"depends on the drawn lengths: allowed: a draw with at least one output of 2 or more tokens: "
+                     f"raise the output tokens (e.g. workload.output_tokens.min=2), draw more requests "
+                     f"(workload.num_requests) or change {key}", file=rs.path, key="workload.output_tokens")
 
 
 def predict(rs: ResolvedScenario) -> dict:

@@ -190,3 +190,47 @@ def test_valid_flags_still_calibrate(tmp_path):
                                     "--bootstrap", "0", "--json", *H200])
     assert res.exit_code == 0, res.output
     assert yaml.safe_load(out.read_text())["name"] == "ok-name_1.0"
+
+
+# ------------------------------------------------------------------- 8. a live fit refused for a wrong flag
+
+
+A40 = ["--gpu", "a40", "--interconnect", "pcie4-nccl"]
+
+
+def test_a_live_fit_refused_for_a_wrong_gpu_says_to_correct_it_then_resume(tmp_path, monkeypatch,
+                                                                              no_long_gc_pauses):
+    """An 8B's 8-10 ms steps (an H100's) claimed from an A40, whose bandwidth needs 23 ms to stream the weights
+    once: the fit is refused, the measurements are kept, and the message says to correct the flags before
+    --resume, with --out at the saved run (the default path is named after --gpu). Doing just that fits the saved
+    measurements without measuring again."""
+    monkeypatch.chdir(tmp_path)  # the default output folder, calibration/profiles, is made here
+    live = ["--concurrency", "1,2", "--max-new-tokens", "32", "--model", "llama-3.1-8b", "--bootstrap", "0",
+            "--json"]  # --json: no progress bars around the one error line
+    with FakeSGLang("0.5.10", algorithm="none", tp=1, step_fixed_s=0.008, step_per_request_s=0.001,
+                    prefill_s=0.007, seed=3) as fake:
+        msg = _refused(["--host", fake.url, *live, *A40])
+        saved = Path("calibration/profiles/llama-3.1-8b-a40-tp1-none.measurements.json")
+        profile = saved.with_name("llama-3.1-8b-a40-tp1-none.yaml")
+        assert "cannot be fitted" in msg and f"the measurements are saved in {saved}" in msg
+        assert (f"if --model, --gpu or --tp is wrong, correct it first, then re-run with --resume --out {profile}"
+                " (the default path follows --model, --gpu and --tp) to fit them again") in msg
+        assert len(msg.strip().splitlines()) == 1 and saved.exists() and not profile.exists()
+        measured = len(fake.iterations)
+        # without --out the corrected flags name another default path, with no saved measurements
+        assert "nothing to resume" in _refused(["--host", fake.url, *live, *H100, "--resume"])
+        res = CliRunner().invoke(main, ["calibrate", "--host", fake.url, *live, *H100, "--resume", "--out",
+                                        str(profile)])
+        assert res.exit_code == 0, res.output
+        assert len(fake.iterations) == measured  # refitted from the saved measurements, nothing measured again
+    assert yaml.safe_load(profile.read_text())["measured_on"]["gpu"] == "h100-sxm"
+
+
+def test_a_live_fit_refused_with_out_given_says_resume_without_out(tmp_path, no_long_gc_pauses):
+    out = tmp_path / "p.yaml"
+    with FakeSGLang("0.5.10", algorithm="none", tp=1, step_fixed_s=0.008, step_per_request_s=0.001,
+                    prefill_s=0.007, seed=3) as fake:
+        msg = _refused(["--host", fake.url, "--concurrency", "1", "--max-new-tokens", "32", "--model",
+                        "llama-3.1-8b", "--out", str(out), "--json", *A40])
+    assert (f"the measurements are saved in {tmp_path / 'p.measurements.json'}: if --model, --gpu or --tp is wrong,"
+            " correct it first, then re-run with --resume to fit them again without measuring)") in msg

@@ -14,7 +14,7 @@ from simspec.cli import main
 from simspec.predict import predict
 from simspec.scenario.loader import load_scenario
 from simspec.studies.cost import DEFAULT_TRAIN_TOKENS, cost_figures, price_note
-from tests.conftest import SCENARIOS, cli_runner
+from tests.conftest import SCENARIOS, assert_refused, cli_runner
 
 SHORT = ["workload.num_requests=2", "workload.output_tokens.value=128"]  # keeps the M1 runs fast
 
@@ -154,6 +154,18 @@ def test_bad_input_exits_2_with_one_line(fast_eagle3, args):
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error:") and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(("flag", "allowed"), [
+    ("--price", "allowed: more than 0 and at most 1000 ($ per GPU-hour"),  # 0 itself is refused as not positive
+    ("--train-epochs", "allowed: more than 0 and at most 1000 (passes"),
+    ("--gen-throughput", "allowed: more than 0 and at most 1e+10 (tokens/s"),
+    ("--train-tokens", "allowed: 0 to 1e+14 (tokens"),  # 0: no training
+    ("--train-gpus", "allowed: 1 to 1e+06 (GPUs"),
+])
+def test_a_too_large_input_states_the_range_it_must_lie_in(fast_eagle3, flag, allowed):
+    assert_refused(cli_runner().invoke(main, ["cost", fast_eagle3, flag, "1e20"]), f"{flag}: 1e+20 is implausibly"
+                   " large", allowed)
 
 
 def test_missing_file_exits_2(tmp_path):

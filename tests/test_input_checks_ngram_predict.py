@@ -96,6 +96,55 @@ def test_a_distribution_that_can_draw_more_than_one_token_still_predicts():
     assert out["tokens_per_s"] > 0
 
 
+FIXED_ONE = "this distribution draws no other length"
+DRAWN_ONE = "(the distribution can draw more)"
+
+
+@pytest.mark.parametrize("dist", [
+    '{"dist": "fixed", "value": 1}',
+    '{"dist": "fixed", "value": 5, "max": 1}',
+    '{"dist": "uniform", "low": 1, "high": 5, "max": 1}',
+    '{"dist": "normal", "mean": 1.2, "std": 0}',
+    '{"dist": "lognormal", "mean": 200, "std": 30, "max": 1}',
+])
+def test_a_distribution_of_only_one_token_is_refused_without_blaming_the_seed(dist):
+    line = assert_refused(invoke("predict", str(EAGLE3), *SMALL, "--set", f"workload.output_tokens={dist}"),
+                          "eagle3.yaml: workload.output_tokens: every request has 1 output token", FIXED_ONE,
+                          "allowed: lengths that can reach at least 2 output tokens")
+    assert "seed" not in line and DRAWN_ONE not in line
+
+
+def test_a_distribution_that_drew_only_one_token_this_run_says_it_depends_on_the_seed():
+    """A normal around 1 token with a tiny spread can draw 2 (its tail is unbounded) but in practice never does:
+    every seed draws 1-token outputs, and the message says so and what to change."""
+    dist = '{"dist": "normal", "mean": 1, "std": 0.01}'
+    line = assert_refused(invoke("predict", str(EAGLE3), "--set", "workload.num_requests=3", "--set",
+                                 "workload.input_tokens.value=64", "--set", f"workload.output_tokens={dist}",
+                                 "--set", "seed=7"),
+                          "eagle3.yaml: workload.output_tokens: seed 7 drew 1 output token for each of the 3 requests",
+                          DRAWN_ONE, "depends on the drawn lengths", "raise the output tokens",
+                          "workload.output_tokens.min=2", "workload.num_requests", "change seed")
+    assert FIXED_ONE not in line
+
+
+def test_bench_serving_lengths_that_drew_one_token_name_their_own_seed():
+    """bench_serving_random draws with workload.output_tokens.seed, not the scenario's seed: pick one of its seeds
+    that draws a 1-token output for the only request (value 2 draws 1 or 2)."""
+    from simspec.scenario.schema import LengthDistribution
+    from simspec.workload import bench_serving_random_lengths
+
+    def dist(seed: int) -> LengthDistribution:
+        return LengthDistribution(dist="bench_serving_random", value=2, seed=seed)
+
+    seed = next(s for s in range(100) if bench_serving_random_lengths(dist(s), dist(s), 1)[1][0] == 1)
+    lengths = f'{{"dist": "bench_serving_random", "value": 2, "seed": {seed}}}'
+    line = assert_refused(invoke("predict", str(EAGLE3), "--set", "workload.num_requests=1", "--set",
+                                 f"workload.input_tokens={lengths}", "--set", f"workload.output_tokens={lengths}"),
+                          f"workload.output_tokens.seed {seed} drew 1 output token for the only request", DRAWN_ONE,
+                          "change workload.output_tokens.seed")
+    assert FIXED_ONE not in line
+
+
 def _strict_loads(text: str):
     def refuse(name: str):
         raise AssertionError(f"non-standard JSON constant {name}")

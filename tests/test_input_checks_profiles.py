@@ -218,3 +218,11 @@ def test_an_exponent_without_a_dot_is_a_number(tmp_path):
     f = tmp_path / "n.yaml"
     f.write_text('a: 1e-1\nb: 5E3\nc: "1e-1"\n')
     assert read_yaml(f) == {"a": 0.1, "b": 5000.0, "c": "1e-1"}
+
+
+def test_a_calibration_profile_that_is_a_symlink_loop_is_refused_naming_the_key(tmp_path):
+    """Path.resolve() raises on a link loop (RuntimeError before Python 3.13): the scenario's reference is
+    refused like a missing file, naming the scenario and the key, not with a traceback."""
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")
+    scenario = _write(tmp_path, copy.deepcopy(SMALL) | {"calibration": "loop.yaml"}, "small.yaml")
+    _refused(_run("predict", scenario), "small.yaml", "calibration", "loop.yaml")

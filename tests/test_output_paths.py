@@ -165,3 +165,57 @@ def test_same_file_and_check_output(tmp_path):
     assert err.value.key == "--out" and err.value.file == str(tmp_path / "hard.csv")
     assert "is the table" in str(err.value)
     check_output(str(tmp_path / "b.CSV"), "--out", "a CSV table", (".csv",), [("the table", a)])  # no error
+
+
+def _files(box: Path) -> dict[str, bytes | str]:
+    """Every entry in the box: a file's bytes, a link's target (a symlink loop cannot be read)."""
+    return {p.name: os.readlink(p) if p.is_symlink() else p.read_bytes() for p in box.iterdir()}
+
+
+LOOP = "is a symlink loop"
+# (command line, the file named, the flag): each output named is a symlink to itself (`ln -s loop.x loop.x`)
+LOOP_CASES = [
+    (["report", "table.csv", "--out", "loop.html"], "loop.html", "--out"),
+    (["predict", "scenario.yaml", "--trace", "loop.json"], "loop.json", "--trace"),
+    (["sweep", "sweep.yaml", "--jobs", "1", "--out", "loop.csv"], "loop.csv", "--out"),
+    (["sweep", "sweep.yaml", "--jobs", "1", "--out", "t.csv", "--parquet", "loop.parquet"], "loop.parquet",
+     "--parquet"),
+]
+
+
+@pytest.mark.parametrize(("args", "file", "flag"), LOOP_CASES, ids=[" ".join(c[0][:1] + c[0][-2:]) for c in LOOP_CASES])
+def test_an_output_that_is_a_symlink_loop_exits_2_naming_the_flag(box, args, file, flag):
+    (box / file).symlink_to(file)
+    before = _files(box)
+    res = cli_runner().invoke(main, args)
+    assert_refused(res, f"{file}: {flag}: {LOOP}", "allowed: a file name, or a link that ends at a file")
+    assert _files(box) == before
+
+
+def test_an_output_in_a_looping_folder_exits_2(box):
+    (box / "dir").symlink_to("dir")
+    res = cli_runner().invoke(main, ["report", "table.csv", "--out", "dir/page.html"])
+    assert_refused(res, f"dir/page.html: --out: {LOOP}")
+
+
+def test_an_input_that_is_a_symlink_loop_is_refused_as_unreadable_not_as_a_loop_output(box):
+    """Comparing the output with an input that is a loop must not crash: the input's own reading refuses it."""
+    (box / "in.csv").symlink_to("in.csv")
+    (box / "in.yaml").symlink_to("in.yaml")
+    assert_refused(cli_runner().invoke(main, ["report", "in.csv", "--out", "page.html"]), "in.csv: file not found")
+    assert_refused(cli_runner().invoke(main, ["predict", "in.yaml", "--trace", "t.json"]), "in.yaml: cannot read")
+    assert_refused(cli_runner().invoke(main, ["sweep", "in.yaml", "--out", "t.csv"]), "in.yaml: cannot read")
+    assert not (box / "page.html").exists() and not (box / "t.json").exists() and not (box / "t.csv").exists()
+
+
+def test_same_file_and_check_output_on_a_symlink_loop(tmp_path):
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop)
+    a = tmp_path / "a.csv"
+    a.write_text("x")
+    assert not same_file(a, loop) and not same_file(loop, a)
+    assert same_file(loop, tmp_path / "." / "loop.csv")  # the one path, spelled alike
+    with pytest.raises(InputError) as err:
+        check_output(str(loop), "--out", "a CSV table", (".csv",), [("the table", a)])
+    assert err.value.key == "--out" and err.value.file == str(loop) and LOOP in str(err.value)
+    check_output(str(a.with_name("b.csv")), "--out", "a CSV table", (".csv",), [("the table", loop)])  # no error

@@ -75,6 +75,24 @@ def _check_overwrite(paths: list[Path], force: bool, resume: bool) -> None:
                              key="--out")
 
 
+def _resume_hint(err: InputError, measurements: Path, profile: Path, out: str | None, named: bool) -> str:
+    """What to do after a live run's fit is refused: its measurements are saved, and --resume refits them without
+    measuring again. The fit is deterministic, so when a flag may be the cause (step times the model cannot reach
+    are often a wrong --model, --gpu or --tp; fitting.py refuses them under the key "step times") that flag is
+    corrected first. The default profile path is named after --model, --gpu and --tp, so the corrected run is
+    pointed at the saved measurements with --out."""
+    if err.key == "step times":
+        flags = "if --model, --gpu or --tp is wrong, correct it first, then re-run"
+    elif (err.key or "").startswith("--"):
+        flags = f"correct {err.key} first, then re-run"
+    else:
+        return f"the measurements are saved in {measurements}: re-run with --resume to fit them again"
+    resume = "--resume"
+    if out is None and not named:
+        resume += f" --out {profile} (the default path follows --model, --gpu and --tp)"
+    return f"the measurements are saved in {measurements}: {flags} with {resume} to fit them again without measuring"
+
+
 def _prepare_directory(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -350,6 +368,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     # every flag and the server description checked before anything is measured or written
     check_box(server, box)
     algorithm = server.algorithm if server else "none"
+    named = name is not None
     if name is None:
         model_name = model or (server.model_path or "model").rstrip("/").split("/")[-1].lower()
         name = f"{model_name}-{gpu}-tp{server.tp or tp or 1}-{algorithm}"
@@ -392,8 +411,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         try:
             result = fit(meas, box, name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
         except InputError as err:
-            raise InputError(f"{err.message} (the measurements are saved in {measurements_path}: re-run with"
-                             " --resume to fit them again)", file=err.file, key=err.key) from None
+            raise InputError(f"{err.message} ({_resume_hint(err, measurements_path, profile_path, out, named)})",
+                             file=err.file, key=err.key) from None
     else:
         # offline, the files are the evidence: a refused fit writes nothing, so a corrected re-run needs no --force
         result = fit(meas, box, name=name, collective_curve=curve, bootstrap=bootstrap, host=host)

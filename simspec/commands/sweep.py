@@ -61,8 +61,8 @@ def _write_interrupted(stop: Any, out_path: str, parquet: str | None, elapsed: f
 @click.option("--address", default=None, help="Ray cluster address (with --backend ray); default: a local Ray.")
 @click.option("--fast", is_flag=True, help="Use the analytic fast path instead of the discrete-event engine.")
 @click.option("--max-points", "max_points", type=click.IntRange(min=1), default=None,
-              help="Refuse a sweep of more points than this (default: 100,000 with --fast, 10,000 without: a few"
-                   " hours on one core).")
+              help="Refuse a sweep of more points than this (default: 100,000 with --fast, 10,000 without: up to"
+                   " an hour or so on one core; see benchmarks/sweep_speed.py).")
 def sweep(sweep_file: str, out: str | None, parquet: str | None, jobs: int | None, backend: str,
           address: str | None, fast: bool, max_points: int | None) -> None:
     """Run every point of SWEEP_FILE (a base scenario plus grid, points and/or setups) and write one row per

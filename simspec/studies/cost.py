@@ -80,8 +80,10 @@ def _positive(value: float | None, option: str, *, allow_zero: bool = False) -> 
 def _at_most(value: float, option: str) -> None:
     top, why = MAX_INPUTS[option]
     if value > top:
-        low = "0" if option in ("--train-tokens", "--gen-tokens") else "1" if option == "--train-gpus" else "above 0"
-        raise InputError(f"{value:g} is implausibly large; allowed: {low} to {top:g} ({why})", key=option)
+        # the lower bound _positive or check_inputs holds each option to
+        low = ("0 to" if option in ("--train-tokens", "--gen-tokens") else "1 to" if option == "--train-gpus"
+               else "more than 0 and at most")
+        raise InputError(f"{value:g} is implausibly large; allowed: {low} {top:g} ({why})", key=option)
 
 
 def price_note(gpu: str) -> str | None:

@@ -59,12 +59,14 @@ ADDRESS_FORMS = ("expected host:port of a running Ray head's GCS (`ray start --h
                  " ray://host:port (Ray Client), 'auto' (the cluster this machine runs or RAY_ADDRESS names) or"
                  " 'local' (start one here)")
 FIXED_COLUMNS = ("point", "setup", "error")
-# How many points a sweep may expand to unless --max-points raises it. Measured on one core: a point takes ~12 ms
-# with --fast and ~1 s or more with the discrete-event engine (~0.8 s for a 4-request M1 workload; longer workloads
-# scale with their tokens), and every point keeps ~8 KB (its changes, inputs and ~60 figures) in memory until the
-# table is written. 100,000 fast points are ~20 min on one core (a few minutes on a 16-core box) and ~1 GB; 10,000
-# engine points are ~3 h on one core (~15 min on 16). Beyond that a sweep is more likely a typo (a grid axis of
-# 1000 values) than a plan, and a 10^12-point grid would only exhaust memory while it is expanded.
+# How many points a sweep may expand to unless --max-points raises it. Per-point times are measured with
+# `python benchmarks/sweep_speed.py [--fast]` (its cpu_ms_per_point; add `--concurrency 1` for single-stream points):
+# a point takes a few ms with --fast (3.7 ms there, 1,000 points) and from ~0.05 s (concurrency 8-64) to ~0.4 s
+# (single stream) or more with the discrete-event engine: longer workloads scale with their tokens. Every point
+# keeps ~8 KB (its changes, inputs and ~60 figures) in memory until the table is written. 100,000 fast points are
+# roughly 5-20 min on one core (a few minutes on a 16-core box) and ~1 GB; 10,000 single-stream engine points are
+# an hour or more on one core. Beyond that a sweep is more likely a typo (a grid axis of 1000 values) than a plan,
+# and a 10^12-point grid would only exhaust memory while it is expanded.
 MAX_POINTS_FAST = 100_000
 MAX_POINTS_ENGINE = 10_000
 # predict()'s entries that are not figures of one point
