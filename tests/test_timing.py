@@ -556,7 +556,7 @@ def test_measured_locality_makes_a_qwen3_verify_cheaper_and_leaves_its_decode_al
     it = IterationModel(_qwen3_moe(small))
     assert it.target.eff.routing_locality == presets.models()["qwen3-30b-a3b"].moe_routing_locality.value
     uniform = ForwardModel(it.target.stack, it.rs.gpu, it.collectives,
-                           dataclasses.replace(it.target.eff, routing_locality=0.0))
+                           dataclasses.replace(it.target.eff, routing_locality=0.0), moe_grid=it.target._grid)
     verify = ForwardShape(num_seqs=1, tokens=4, real_seqs=1, real_tokens=4, logit_tokens=4, graph=True)
     decode = ForwardShape(num_seqs=4, tokens=4, real_seqs=4, real_tokens=4, logit_tokens=4, graph=True)
     assert it.target.cost(verify, 1000, 4000).compute_ms < uniform.cost(verify, 1000, 4000).compute_ms

@@ -5,6 +5,7 @@ Each preset carries a `source` saying where its figures come from. Code never ha
 
 from __future__ import annotations
 
+import typing
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -251,6 +252,32 @@ def drafters() -> dict[str, DrafterPreset]:
 @cache
 def default_coefficients() -> dict[str, DefaultCoefficient]:
     return {k: DefaultCoefficient(**v) for k, v in _load("defaults.yaml").items()}
+
+
+class FusedMoeTileFile(BaseModel):
+    """One tuned fused-MoE config file of an SGLang release, as calibration/read_fused_moe_tiles.py read it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpu: str
+    experts: int = Field(ge=1)
+    n: int = Field(ge=1)
+    weights: str
+    file: str
+    tiles: list[tuple[int, int, int]] = Field(min_length=1, description="(tokens key, BLOCK_SIZE_M, BLOCK_SIZE_N)")
+
+
+@cache
+def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]]:
+    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the file's tiles, by tokens."""
+    out: dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]] = {}
+    for release, body in _load("fused_moe_tiles.yaml").items():
+        files = [FusedMoeTileFile(**f) for f in body["files"]]
+        for f in files:  # a name no preset uses would never be looked up: the default tile would stand in silently
+            if f.gpu not in gpus() or f.weights not in typing.get_args(WeightFormat):
+                raise ValueError(f"fused_moe_tiles.yaml {release} {f.file}: GPU {f.gpu!r} or weights {f.weights!r}"
+                                 " is not a simspec preset name")
+        out[str(release)] = {(f.gpu, f.experts, f.n, f.weights): tuple(f.tiles) for f in files}
+    return out
 
 
 class KernelCount(BaseModel):

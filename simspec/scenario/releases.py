@@ -24,6 +24,8 @@ What differs, by release:
 - which FP8 expert shapes have a tuned H20 fused-MoE config with 16-row tiles, and up to how many tokens
   (_H20_FP8_MOE_SMALL_TILE_TOKENS below); and DeepSeek-V3's shared experts fused into the routed ones on SM90 in
   0.4.6 (deepseek_v2.py determine_n_share_experts_fusion: tp copies, so the kernel sees 256 + tp experts).
+- how many row blocks the Triton fused MoE's grid launches at small batch (fused_moe_padded_rows): sized for the
+  worst case before 0.5.7, for the pairs routed from 0.5.7.
 """
 
 from __future__ import annotations
@@ -121,3 +123,62 @@ def fp8_moe_small_tile_tokens(version: tuple[int, int], gpu_display_name: str, e
 
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
     return architecture not in _MISSING_ARCHITECTURES.get(version, ())
+
+
+# The Triton fused MoE's grid (fused_moe.py invoke_fused_moe_kernel: cdiv(sorted_token_ids.shape[0], BLOCK_SIZE_M)
+# x cdiv(N, BLOCK_SIZE_N) programs) is sized by moe_align_block_size's buffer, max_num_tokens_padded, not by the
+# blocks the routing fills; a program whose row block lies past num_tokens_post_padded returns at once
+# (fused_moe_kernel: `if pid_m * BLOCK_SIZE_M >= num_tokens_post_padded: return`). Read from the wheels:
+# - 0.4.4 through 0.4.9: topk_ids.numel() + E * (BLOCK_SIZE_M - 1); 0.4.10 through 0.5.6.post2: (E + 1) in place of E;
+# - from 0.5.7 (SGLang PR #14133, after vLLM PR #29642): topk_ids.numel() * BLOCK_SIZE_M while numel < E + 1,
+#   otherwise numel + (E + 1) * (BLOCK_SIZE_M - 1).
+# At batch 1 with 128 experts, top 8 and 16-row blocks that is 121 row blocks before 0.5.7 and 8 from it; SGLang
+# never took vLLM's clamp of the grid itself for batches under BLOCK_SIZE_M.
+_TIGHT_MOE_ALIGN = (5, 7)
+
+
+def fused_moe_tile_release(version: tuple[int, int]) -> str | None:
+    """The release whose tuned fused-MoE config files (presets/fused_moe_tiles.yaml) stand for this one: 0.4.6.post1's
+    for 0.4.6, 0.5.8's for 0.5.8 on (files added after 0.5.8 are not read); None for 0.4.4, whose files were not read
+    (its calls take the default tile)."""
+    if version == (4, 4):
+        return None
+    return "0.4.6" if version < CURRENT_RANGE[0] else "0.5.8"
+
+
+# SM100 parts among simspec's GPU presets (is_sm100_supported: compute capability 10.x), by display name
+_SM100 = ("B200",)
+
+
+def target_moe_runs_triton(version: tuple[int, int], gpu_display_name: str, architecture: str,
+                           expert_weights: str) -> bool:
+    """Whether the target's routed experts run SGLang's Triton fused MoE. From 0.5.8 (server_args.__post_init__) an
+    SM100 part switches the default MoE runner to flashinfer_trtllm for DeepseekV3ForCausalLM with FP8 weights and
+    for Qwen3MoeForCausalLM with FP8 or unquantized ones; the draft's MoE keeps the Triton kernel
+    (speculative_moe_runner_backend falls back to auto). simspec does not model flashinfer's kernel: it charges no
+    grid for it."""
+    if version < CURRENT_RANGE[0] or gpu_display_name not in _SM100:
+        return True
+    if architecture == "DeepseekV3ForCausalLM":
+        return expert_weights not in ("fp8", "fp8-block128")
+    if architecture == "Qwen3MoeForCausalLM":
+        return expert_weights not in ("fp8", "fp8-block128", "bf16")
+    return True
+
+
+def tight_moe_align(version: tuple[int, int]) -> bool:
+    """Whether this release sizes the fused-MoE alignment buffer for the pairs routed (0.5.7 on)."""
+    return version >= _TIGHT_MOE_ALIGN
+
+
+def fused_moe_padded_rows(tight: bool, pairs: int, experts: int, block_m: int) -> int:
+    """Row blocks of the fused-MoE grid for `pairs` (token, expert) pairs over `experts` experts (as the kernel sees
+    them) in blocks of `block_m` rows: max_num_tokens_padded / BLOCK_SIZE_M rounded up, under the tight rule (0.5.7
+    on) or the worst-case one (before)."""
+    if pairs <= 0:
+        return 0
+    if tight:
+        padded = pairs * block_m if pairs < experts + 1 else pairs + (experts + 1) * (block_m - 1)
+    else:
+        padded = pairs + experts * (block_m - 1)
+    return -(-padded // block_m)

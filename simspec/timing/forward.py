@@ -13,6 +13,11 @@ Where a release's tuned config gives FP8 experts 16-row blocks (releases.fp8_moe
 than Hopper's 64-row wgmma, Triton runs them on warp-level MMA unless the kernel swaps A and B
 (releases.fp8_moe_swaps_ab). Where that path's rate was measured (gpus.yaml moe_small_tile_tflops: the H20), those
 expert GEMMs run at it: on the H20 it makes them compute-bound (74 TFLOPS against 4 TB/s).
+
+The fused MoE's grid is sized by its alignment buffer, not by the blocks the routing fills (MoeGrid,
+releases.fused_moe_padded_rows): before SGLang 0.5.7 a one-token call launches ~121 row blocks of which 8 hold
+tokens, and every program of the other 113 starts, reads the padded count and returns. Each costs
+moe_empty_block_us of the call (defaults.yaml), a fixed time per layer that no bandwidth sets.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simspec import presets
 from simspec.presets import GpuPreset, ModelPreset
 from simspec.scenario import releases
 from simspec.timing.collectives import Collectives
@@ -65,6 +71,7 @@ class Efficiencies:
     kernel_gap_graph_us: float
     small_kernel_us: float
     layer_overhead_eager_us: float
+    moe_empty_block_us: float = 0.0
 
     @classmethod
     def from_coefficients(cls, coefficient: Callable[[str], float]) -> Efficiencies:
@@ -74,7 +81,8 @@ class Efficiencies:
                    forward_overhead_ms=coefficient("forward_overhead_ms"),
                    kernel_gap_graph_us=coefficient("kernel_gap_graph_us"),
                    small_kernel_us=coefficient("small_kernel_us"),
-                   layer_overhead_eager_us=coefficient("layer_overhead_eager_us"))
+                   layer_overhead_eager_us=coefficient("layer_overhead_eager_us"),
+                   moe_empty_block_us=coefficient("moe_empty_block_us"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,65 @@ def moe_small_tiles(gpu: GpuPreset, model: ModelPreset, stack: Stack, version: t
     return SmallTiles(gpu.moe_small_tile_tflops, max_tokens) if max_tokens else None
 
 
+def default_moe_tile(tokens: int, experts: int, weights: str) -> tuple[int, int]:
+    """(BLOCK_SIZE_M, BLOCK_SIZE_N) of SGLang's Triton fused MoE without a tuned config for the shape and GPU
+    (fused_moe_triton get_default_config, the same in 0.4.6.post1 and 0.5.8): 16 x 32 for BF16 calls of at most E
+    tokens, else 64 x 64; per-tensor FP8 64 x 128 up to E tokens, else 128 x 256; block FP8 64 x the block (128)."""
+    if weights == "fp8-block128":
+        return 64, 128
+    if weights == "fp8":
+        return (64, 128) if tokens <= experts else (128, 256)
+    return (16, 32) if tokens <= experts else (64, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class MoeGrid:
+    """The fused-MoE kernel's launch grid, for the programs that exit at once (releases.fused_moe_padded_rows):
+    the release's alignment rule (tight from 0.5.7), the experts as the kernel sees them, and the tiles by call size
+    (a tuned config file's (tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) entries, the nearest key taken as SGLang takes it;
+    none: default_moe_tile for `weights`)."""
+
+    tight: bool
+    experts: int
+    weights: str
+    tiles: tuple[tuple[int, int, int], ...] = ()
+
+    def tile(self, tokens: int) -> tuple[int, int]:
+        if not self.tiles:
+            return default_moe_tile(tokens, self.experts, self.weights)
+        _, bm, bn = min(self.tiles, key=lambda t: abs(t[0] - tokens))  # first on a tie, as min() over the keys
+        return bm, bn
+
+    def empty_programs(self, tokens: int, pairs: int, touched: float, width: int, hidden: int) -> float:
+        """Programs of one MoE layer's two expert GEMMs (w13: 2 x width columns, w2: hidden) over `tokens` tokens
+        whose row block the routing left empty. A touched expert fills at least one block, and its pairs past a
+        block more (about half a block of slack each): an expected count, not a draw."""
+        block_m, block_n = self.tile(tokens)
+        rows = releases.fused_moe_padded_rows(self.tight, pairs, self.experts, block_m)
+        filled = max(touched, pairs / block_m + touched / 2) if touched else 0.0
+        empty_rows = max(rows - filled, 0.0)
+        columns = math.ceil(2 * width / block_n) + math.ceil(hidden / block_n)
+        return empty_rows * columns
+
+
+# expert weight formats that run SGLang's Triton fused_moe_kernel (INT4 experts run Marlin or a W4A16 kernel,
+# whose grid simspec does not model)
+TRITON_MOE_WEIGHTS = ("bf16", "fp8", "fp8-block128")
+
+
+def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, version: tuple[int, int]) -> MoeGrid | None:
+    """The grid of this stack's routed experts under this release on this GPU (a preset name): the tiles of the
+    release's tuned config file for the shape where it ships one (presets/fused_moe_tiles.yaml), else the default."""
+    weights = model.weights.routed_experts
+    if not stack.num_moe_layers or weights not in TRITON_MOE_WEIGHTS:
+        return None
+    experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
+    release = releases.fused_moe_tile_release(version)
+    files = presets.fused_moe_tiles().get(release, {}) if release else {}
+    tiles = files.get((gpu_name, experts, model.moe_intermediate_size // stack.tp, weights), ())
+    return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles)
+
+
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:
     """Expected distinct routed experts one MoE layer loads for `tokens` tokens in `seqs` sequences.
 
@@ -117,7 +184,7 @@ class ForwardModel:
     """Forward-pass cost for one stack on one GPU type. The weight part is cached per shape."""
 
     def __init__(self, stack: Stack, gpu: GpuPreset, collectives: Collectives, eff: Efficiencies,
-                 moe_small_tiles: SmallTiles | None = None):
+                 moe_small_tiles: SmallTiles | None = None, moe_grid: MoeGrid | None = None):
         self.stack = stack
         self.eff = eff
         self.collectives = collectives
@@ -133,6 +200,7 @@ class ForwardModel:
         self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak["bf16"] * eff.compute)
         # fused-MoE tiles of 16 rows on warp-level MMA: a measured, achieved rate, so no compute efficiency on top
         self._small_tiles = moe_small_tiles
+        self._grid = moe_grid
 
     def _time(self, nbytes: float, flops: float, compute: str) -> float:
         return self._roofline(nbytes, flops, self._peak[compute] * self.eff.compute)
@@ -215,7 +283,18 @@ class ForwardModel:
         if tiles is not None and shape.tokens <= tiles.max_tokens:
             rate = tiles.tflops * 1e12  # achieved: no compute efficiency (the kernels without FLOPs are unchanged)
         compute = sum(self._roofline(b, f, rate) for _, b, f in kernels)
+        compute += self.empty_programs(shape) * self.eff.moe_empty_block_us * 1e-6
         return compute, sum(b for _, b, _ in kernels) / self._bw
+
+    def empty_programs(self, shape: ForwardShape) -> float:
+        """Fused-MoE programs over all MoE layers of one forward that exit at once (MoeGrid); 0 without a grid."""
+        if self._grid is None:
+            return 0.0
+        st = self.stack
+        k, layers = st.experts_per_token, st.num_moe_layers
+        touched = distinct_experts(st.num_experts, k, shape.real_seqs, shape.real_tokens, self.eff.routing_locality)
+        width = round(st.expert_flops_per_token / (6 * st.hidden_size * k * layers))
+        return layers * self._grid.empty_programs(shape.tokens, shape.tokens * k, touched, width, st.hidden_size)
 
     def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
         """One call of the routed experts over `tokens` independent tokens (each its own sequence), as a

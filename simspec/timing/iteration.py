@@ -22,7 +22,7 @@ from simspec import presets
 from simspec.scenario import releases
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
-from simspec.timing.forward import Efficiencies, ForwardCost, ForwardModel, ForwardShape, moe_small_tiles
+from simspec.timing.forward import Efficiencies, ForwardCost, ForwardModel, ForwardShape, moe_grid, moe_small_tiles
 from simspec.timing.stack import draft_layers_model, draft_stack, target_stack
 
 
@@ -110,13 +110,18 @@ class IterationModel:
         early = releases.is_early(version)
         tstack = target_stack(rs.model, tp, version=version)
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
-                                   moe_small_tiles(rs.gpu, rs.model, tstack, version))
+                                   moe_small_tiles(rs.gpu, rs.model, tstack, version),
+                                   moe_grid(rs.scenario.hardware.gpu, rs.model, tstack, version)
+                                   if releases.target_moe_runs_triton(version, rs.gpu.display_name,
+                                                                      rs.model.architecture,
+                                                                      rs.model.weights.routed_experts) else None)
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
         # an EAGLE head has no experts (moe_small_tiles reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model)
         layers = layers if layers is not None else rs.model
         self.draft = (ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies(),
-                                   moe_small_tiles(rs.gpu, layers, dstack, version))
+                                   moe_small_tiles(rs.gpu, layers, dstack, version),
+                                   moe_grid(rs.scenario.hardware.gpu, layers, dstack, version))
                       if dstack else None)
         if not srv.cuda_graph:
             self._graph_sizes: list[int] = []
