@@ -205,3 +205,9 @@ def test_every_tile_file_names_a_gpu_preset_and_a_weight_format(monkeypatch):
 def test_a_bad_fitted_flag_or_a_grid_size_that_is_not_an_integer_exits_2(tmp_path, change, needle):
     res = CliRunner().invoke(main, ["validate", str(_suite(tmp_path, **change))])
     assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output, res.output
+
+
+def test_recording_a_suite_whose_only_kernel_table_is_fitted_is_refused_saying_why(tmp_path):
+    res = CliRunner().invoke(main, ["validate", str(_suite(tmp_path, fitted=True)), "--record"])
+    assert res.exit_code == 2 and "fitted tables" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "recorded.yaml").exists()

@@ -70,7 +70,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             raise InputError("has no kernel_mape_pct while the suite has kernel tables: record it with --record",
                              file=str(root / v.RECORDED), key="kernel_mape_pct")
         if kernel_summary is not None and record and kernel_summary["mape_pct"] is None:
-            raise InputError("no kernel-table point is compared (all fit in L2): nothing to record for them",
+            raise InputError("no kernel-table point is compared (all fit in L2 or belong to fitted tables):"
+                             " nothing to record for them",
                              file=str(root / kv.KERNELS_DIR), key="--record")
         if record and Path(directory).is_file():
             raise InputError("--record records the whole suite's error: give the suite directory, not one case",
