@@ -28,6 +28,15 @@ def _resolve(path: str | Path) -> Path:
         raise
 
 
+def resolve_or_absolute(path: str | Path) -> Path:
+    """Path.resolve(); for a path in a symlink loop, the absolute path as given (it names no file: reading it
+    fails later, with its own message)."""
+    try:
+        return _resolve(path)
+    except _SymlinkLoop:
+        return Path(os.path.abspath(path))
+
+
 def resolve_output(path: str | Path, flag: str) -> Path:
     """The output path resolved; a symlink loop is bad input naming the path and the flag."""
     try:
@@ -41,11 +50,8 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     """Do these two paths name one file: equal once resolved, or the same file on disk (a hard link, a
     case-insensitive file system)? A path in a symlink loop names no file, so only the same path spelled alike
     counts as one (reading such an input fails later, with its own message)."""
-    try:
-        if _resolve(a) == _resolve(b):
-            return True
-    except _SymlinkLoop:
-        return os.path.abspath(a) == os.path.abspath(b)
+    if resolve_or_absolute(a) == resolve_or_absolute(b):
+        return True
     try:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist (yet): then they are not one file

@@ -4,7 +4,6 @@ turned into one InputError naming the key path and what is allowed there."""
 from __future__ import annotations
 
 import copy
-import os
 import re
 import types
 import typing
@@ -15,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from simspec.errors import InputError
+from simspec.outputs import resolve_or_absolute
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -85,10 +85,7 @@ def relative_to_scenario(path: str, scenario_path: str) -> Path:
     """A path a scenario names (profile, corpus, tokenizer), resolved against the scenario file's directory;
     a scenario without a file ("<...>", e.g. inline in a case or a sweep) resolves against the working one."""
     base = Path(scenario_path).parent if scenario_path and not scenario_path.startswith("<") else Path.cwd()
-    try:
-        return (base / path).resolve()
-    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13): the read names it
-        return Path(os.path.abspath(base / path))
+    return resolve_or_absolute(base / path)  # a symlink loop: the read names it
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:

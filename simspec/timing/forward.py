@@ -201,6 +201,9 @@ class ForwardModel:
         # fused-MoE tiles of 16 rows on warp-level MMA: a measured, achieved rate, so no compute efficiency on top
         self._small_tiles = moe_small_tiles
         self._grid = moe_grid
+        # intermediate columns of one routed expert on this GPU (N of the fused-MoE config file)
+        self._expert_width = (stack.expert_flops_per_token / (6 * stack.hidden_size * stack.experts_per_token
+                                                              * stack.num_moe_layers) if stack.num_moe_layers else 0.0)
 
     def _time(self, nbytes: float, flops: float, compute: str) -> float:
         return self._roofline(nbytes, flops, self._peak[compute] * self.eff.compute)
@@ -257,10 +260,10 @@ class ForwardModel:
         the expert GEMMs memory-bound at TP-sliced widths (Qwen3-235B at TP 8: 192 columns of each expert per
         GPU). The GEMMs read their inputs in FP8 when the experts are FP8 (fused_moe quantizes A per call);
         everything else moves BF16. Activations are counted once per pair (a tile's re-reads from L2 are free)."""
-        st, eff = self.stack, self.eff
+        st = self.stack
         layers, k, h = st.num_moe_layers, st.experts_per_token, st.hidden_size
-        n = distinct_experts(st.num_experts, k, shape.real_seqs, shape.real_tokens, eff.routing_locality)
-        width = st.expert_flops_per_token / (6 * h * k * layers)  # intermediate columns of one expert on this GPU
+        n = self._touched_experts(shape)
+        width = self._expert_width
         weights = n * st.expert_bytes_per_gpu * layers
         pairs = shape.tokens * k
         # each touched expert runs at least one block of rows, however few tokens it got
@@ -273,6 +276,12 @@ class ForwardModel:
             ("w2", weights / 3 + pairs * (a_in * width + a * h), flops / 3),
             ("moe_sum_reduce", pairs * a * h + shape.tokens * a * h, 0.0),
         ]
+
+    def _touched_experts(self, shape: ForwardShape) -> float:
+        """Distinct routed experts one MoE layer of this forward touches (distinct_experts)."""
+        st = self.stack
+        return distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
+                                self.eff.routing_locality)
 
     def _moe(self, shape: ForwardShape) -> tuple[float, float]:
         """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline, the GEMMs
@@ -291,10 +300,9 @@ class ForwardModel:
         if self._grid is None:
             return 0.0
         st = self.stack
-        k, layers = st.experts_per_token, st.num_moe_layers
-        touched = distinct_experts(st.num_experts, k, shape.real_seqs, shape.real_tokens, self.eff.routing_locality)
-        width = round(st.expert_flops_per_token / (6 * st.hidden_size * k * layers))
-        return layers * self._grid.empty_programs(shape.tokens, shape.tokens * k, touched, width, st.hidden_size)
+        return st.num_moe_layers * self._grid.empty_programs(shape.tokens, shape.tokens * st.experts_per_token,
+                                                             self._touched_experts(shape), round(self._expert_width),
+                                                             st.hidden_size)
 
     def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
         """One call of the routed experts over `tokens` independent tokens (each its own sequence), as a
