@@ -10,8 +10,13 @@ those of a simspec MoE model preset at TP 1-16 and whose device is a simspec GPU
 (tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) entries to simspec/presets/fused_moe_tiles.yaml. The wheels are not part of
 this repository (pip download sglang==0.4.6.post1 sglang==0.5.8 --no-deps).
 
+The 0.5.3-0.5.7 wheels, where given, are read only to date 0.5.8's files: each gets `since`, the first release read
+from which on every release read gives the same tiles for its shape (in these wheels a file, once shipped, is
+byte-identical to 0.5.8's; older releases only lack the files added later). 0.5.3-0.5.7 then use 0.5.8's files
+from their `since` on (scenario/releases.py fused_moe_tile_release).
+
     python calibration/read_fused_moe_tiles.py 0.4.6=sglang-0.4.6.post1-py3-none-any.whl \
-        0.5.8=sglang-0.5.8-py3-none-any.whl
+        0.5.8=sglang-0.5.8-py3-none-any.whl 0.5.3=sglang-0.5.3-py3-none-any.whl ... 0.5.7=sglang-0.5.7-py3-none-any.whl
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from simspec import presets
+from simspec.scenario.releases import release_key
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "simspec" / "presets" / "fused_moe_tiles.yaml"
@@ -44,8 +50,15 @@ FORMATS = {"": "bf16", ",dtype=fp8_w8a8": "fp8", ",dtype=fp8_w8a8,block_shape=[1
 NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=([^,]+?)((?:,dtype=[^,]+)?(?:,block_shape=\[\d+, \d+\])?)\.json$")
 # the Triton versions a release looks in, in order: its own torch's first, then get_moe_configs' fallbacks
 # (0.5.8 pins torch 2.9.1, which brings triton 3.5.1; fused_moe_triton_config.py supported_triton_versions)
-SEARCH = {"0.4.6": ("",), "0.5.8": ("triton_3_5_1/", "triton_3_4_0/", "triton_3_3_1/", "triton_3_2_0/",
-                                    "triton_3_1_0/")}
+# 0.5.3-0.5.5.post3 pin torch 2.8.0 (triton 3.4.0), 0.5.6-0.5.7 torch 2.9.1 (wheel METADATA); the fallback list is
+# the same
+_FALLBACK = ("triton_3_4_0/", "triton_3_3_1/", "triton_3_2_0/", "triton_3_1_0/")
+_TORCH_2_9 = ("triton_3_5_1/",) + _FALLBACK
+SEARCH = {"0.4.6": ("",), "0.5.8": _TORCH_2_9}
+SEARCH |= {v: _FALLBACK for v in ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.4.post1",
+                                  "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.5.post3")}
+SEARCH |= {v: _TORCH_2_9 for v in ("0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7")}
+WRITTEN = ("0.4.6", "0.5.8")  # releases with a section of their own; the others date 0.5.8's files
 
 
 def wanted_shapes() -> set[tuple[int, int]]:
@@ -86,21 +99,45 @@ def read_release(wheel: Path, release: str, shapes: set[tuple[int, int]]) -> lis
     return [found[k] for k in sorted(found)]
 
 
+def date_files(files: list[dict], earlier: dict[str, list[dict]]) -> None:
+    """Give each of 0.5.8's files `since`: the first release read from which on every release read (0.5.8 included)
+    gives its shape the same tiles."""
+    order = sorted(earlier, key=release_key, reverse=True)
+    for f in files:
+        key = (f["gpu"], f["experts"], f["n"], f["weights"])
+        since = "0.5.8"
+        for release in order:  # newest first: stop at the first release that lacks the file or differs
+            same = [g for g in earlier[release] if (g["gpu"], g["experts"], g["n"], g["weights"]) == key]
+            if not same or same[0]["tiles"] != f["tiles"]:
+                break
+            since = release
+        f["since"] = since
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("wheels", nargs="+", metavar="RELEASE=WHEEL", help=f"releases read: {', '.join(SEARCH)}")
     args = ap.parse_args()
     shapes = wanted_shapes()
-    out = {}
+    out, earlier = {}, {}
     for item in args.wheels:
         release, _, wheel = item.partition("=")
         if release not in SEARCH or not wheel:
             ap.error(f"{item!r}: give RELEASE=WHEEL with RELEASE one of {', '.join(SEARCH)}")
-        out[release] = {"source": f"{Path(wheel).name}, {CONFIGS}", "files": read_release(Path(wheel), release,
-                                                                                          shapes)}
+        files = read_release(Path(wheel), release, shapes)
+        if release in WRITTEN:
+            out[release] = {"source": f"{Path(wheel).name}, {CONFIGS}", "files": files}
+        else:
+            earlier[release] = files
+    if earlier:
+        if "0.5.8" not in out:
+            ap.error("the 0.5.3-0.5.7 wheels date 0.5.8's files: give 0.5.8=WHEEL too")
+        date_files(out["0.5.8"]["files"], earlier)
+        out["0.5.8"]["dated_by"] = ", ".join(sorted(earlier, key=release_key))
     header = ("# Tiles (tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) of SGLang's tuned fused-MoE config files for simspec's\n"
               "# MoE presets, per release read. Written by calibration/read_fused_moe_tiles.py from the released\n"
-              "# wheels; do not edit by hand. Other releases use the nearest one read (scenario/releases.py).\n")
+              "# wheels; do not edit by hand. Other releases use the nearest one read (scenario/releases.py);\n"
+              "# 0.5.3-0.5.7 use 0.5.8's files from each file's `since` on.\n")
     OUT.write_text(header + yaml.safe_dump(out, sort_keys=False, width=120, default_flow_style=None))
     print(f"wrote {OUT.relative_to(ROOT)}: " + ", ".join(f"{r} {len(v['files'])} files" for r, v in out.items()))
     return 0

@@ -197,7 +197,7 @@ def test_a_quoted_accept_length_is_not_a_number(tmp_path):
 @pytest.mark.parametrize("version", ["0.5", "latest"])
 def test_a_bad_sglang_version_lists_the_modelled_ones(tmp_path, version):
     res = _run("predict", _scenario(tmp_path), "--set", f"server.sglang_version={version}")
-    _refused(res, "small.yaml", "server.sglang_version", "0.4.4", "0.5.8 through 0.5.23")
+    _refused(res, "small.yaml", "server.sglang_version", "0.4.4", "0.5.3 through 0.5.23")
 
 
 # ------------------------------------------------------------------------------------------------ flags

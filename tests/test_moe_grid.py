@@ -186,10 +186,12 @@ def test_every_tile_file_names_a_gpu_preset_and_a_weight_format(monkeypatch):
     bad = {"0.4.6": {"source": "t", "files": [{"gpu": "h200", "experts": 128, "n": 768, "weights": "bf16",
                                                "file": "x.json", "tiles": [[1, 16, 64]]}]}}
     monkeypatch.setattr(presets, "_load", lambda name: bad if name == "fused_moe_tiles.yaml" else real(name))
+    presets._fused_moe_tile_files.cache_clear()
     presets.fused_moe_tiles.cache_clear()
     with pytest.raises(ValueError, match="'h200'"):
         presets.fused_moe_tiles()
     monkeypatch.setattr(presets, "_load", real)
+    presets._fused_moe_tile_files.cache_clear()
     presets.fused_moe_tiles.cache_clear()
     tiles = presets.fused_moe_tiles()
     assert set(tiles) == {"0.4.6", "0.5.8"}

@@ -28,10 +28,10 @@ def _eagle(small: dict, version: str, **server) -> dict:
 
 
 def test_only_read_releases_are_modelled(small):
-    for version in ("0.4.4", "0.4.6", "0.4.6.post1", "0.5.8", "0.5.23"):
+    for version in ("0.4.4", "0.4.6", "0.4.6.post1", "0.5.3", "0.5.5.post1", "0.5.7", "0.5.8", "0.5.23"):
         small["server"] = {"tp": 1, "sglang_version": version}
         _resolve(small)
-    for version in ("0.4.5", "0.4.7", "0.5.7", "0.5.24"):
+    for version in ("0.4.5", "0.4.7", "0.5.2", "0.5.24"):
         small["server"] = {"tp": 1, "sglang_version": version}
         with pytest.raises(InputError) as err:
             _resolve(small)
@@ -197,18 +197,24 @@ def test_fp8_moe_swap_ab_arrives_on_the_h20_in_0_5_8_and_on_every_hopper_in_0_5_
 
 
 def test_h20_fp8_small_tile_configs_by_shape():
-    """0.4.6.post1's H20 block-FP8 config files, read under nearest-key lookup: E 128 (Qwen3 at TP 1 and TP 4) up to
-    192 tokens, DeepSeek-V3's fused 256 + 8 experts at TP 8 up to 384; no file (Qwen3-235B at TP 8, N 192), no
-    0.4.4 file, and other GPUs: none."""
-    from simspec.scenario.releases import fp8_moe_small_tile_tokens, fused_moe_experts
+    """The H20's block-FP8 config files, read under nearest-key lookup: E 128 (Qwen3-30B-A3B at TP 1 and TP 2) up to
+    192 tokens, DeepSeek-V3's fused 256 + 8 experts at TP 8 up to 384 (0.4.6.post1); no file for Qwen3-235B at TP 8
+    (N 192) and no 0.4.4 file; the 0.5.3-0.5.7 wheels ship 0.5.8's files, which carry the same ranges."""
+    from simspec.scenario.releases import fused_moe_experts
+    from simspec.timing.forward import moe_grid
 
-    h20, h200 = presets.gpus()["h20"].display_name, presets.gpus()["h200-sxm"].display_name
-    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 768) == 192
-    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 384) == 192
-    deepseek = fused_moe_experts((4, 6), "DeepseekV3ForCausalLM", 256, 8)
-    assert deepseek == 264 and fp8_moe_small_tile_tokens((4, 6), h20, deepseek, 256) == 384
-    assert fp8_moe_small_tile_tokens((4, 6), h20, 128, 192) == 0
-    assert fp8_moe_small_tile_tokens((4, 4), h20, 128, 768) == 0
-    assert fp8_moe_small_tile_tokens((4, 6), h200, 128, 768) == 0
+    models = presets.models()
+    qwen, big, deepseek = models["qwen3-30b-a3b-fp8"], models["qwen3-235b-a22b-fp8"], models["deepseek-v3"]
+
+    def small_tile_tokens(model, tp, release):
+        grid = moe_grid("h20", model, target_stack(model, tp), release)
+        return grid.small_tile_tokens() if grid else 0
+
+    assert small_tile_tokens(qwen, 1, (4, 6)) == 192 and small_tile_tokens(qwen, 2, (4, 6)) == 192
+    assert fused_moe_experts((4, 6), "DeepseekV3ForCausalLM", 256, 8) == 264
+    assert small_tile_tokens(deepseek, 8, (4, 6)) == 384
+    assert small_tile_tokens(big, 8, (4, 6)) == 0
+    assert small_tile_tokens(qwen, 1, (4, 4)) == 0
+    assert small_tile_tokens(qwen, 1, (5, 5, 0)) == 192 and small_tile_tokens(qwen, 1, (5, 8)) == 192
     assert fused_moe_experts((5, 8), "DeepseekV3ForCausalLM", 256, 8) == 256
     assert fused_moe_experts((4, 6), "Qwen3MoeForCausalLM", 128, 4) == 128

@@ -644,22 +644,28 @@ def test_a_dense_model_cannot_carry_a_routing_locality():
 def test_fp8_expert_tiles_on_the_h20_run_at_the_small_tile_rate_until_the_release_swaps_them():
     """0.4.6.post1's tuned H20 config for Qwen3-30B-A3B-FP8's experts (E 128, N 768) runs calls up to 192 tokens in
     16-row tiles; without swap-AB the H20 runs those FP8 tiles at its measured small-tile rate (gpus.yaml
-    moe_small_tile_tflops, an achieved rate: no compute efficiency on top), which makes them compute-bound. 0.5.8
-    swaps them onto wgmma; BF16 experts, GPUs without a measured rate, 0.4.4 (no H20 FP8 configs) and calls past
+    moe_small_tile_tflops, an achieved rate: no compute efficiency on top), which makes them compute-bound. 0.5.3-0.5.7
+    ship the same config and do not swap either; 0.5.8 swaps them onto wgmma; BF16 experts, GPUs without a measured
+    rate, 0.4.4 (no H20 FP8 configs) and calls past
     the config's 16-row range keep the dense peak."""
-    from simspec.timing.forward import moe_small_tiles
+    from simspec.timing.forward import moe_grid, moe_small_tiles
 
-    h20, h200 = presets.gpus()["h20"], presets.gpus()["h200-sxm"]
+    h20 = presets.gpus()["h20"]
     m8, m16 = presets.models()["qwen3-30b-a3b-fp8"], presets.models()["qwen3-30b-a3b"]
     fp8, bf16 = target_stack(m8, tp=1), target_stack(m16, tp=1)
     rate = h20.moe_small_tile_tflops
     assert rate is not None
-    tiles = moe_small_tiles(h20, m8, fp8, (4, 6))
+
+    def small_tiles(gpu, model, stack, version):
+        return moe_small_tiles(presets.gpus()[gpu], stack, moe_grid(gpu, model, stack, version), version)
+
+    tiles = small_tiles("h20", m8, fp8, (4, 6))
     assert tiles is not None and (tiles.tflops, tiles.max_tokens) == (rate, 192)
-    assert moe_small_tiles(h20, m8, fp8, (5, 8)) is None  # 0.5.8 swaps on the H20
-    assert moe_small_tiles(h20, m8, fp8, (4, 4)) is None  # no H20 FP8 config: 64-row default tiles
-    assert moe_small_tiles(h20, m16, bf16, (4, 6)) is None
-    assert moe_small_tiles(h200, m8, fp8, (4, 6)) is None  # no measured rate: the dense peak
+    assert small_tiles("h20", m8, fp8, (5, 8)) is None  # 0.5.8 swaps on the H20
+    assert small_tiles("h20", m8, fp8, (5, 7)) == tiles  # 0.5.7 does not, and ships the same config
+    assert small_tiles("h20", m8, fp8, (4, 4)) is None  # no H20 FP8 config: 64-row default tiles
+    assert small_tiles("h20", m16, bf16, (4, 6)) is None
+    assert small_tiles("h200-sxm", m8, fp8, (4, 6)) is None  # no measured rate: the dense peak
     curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
     eff = dataclasses.replace(IDEAL, compute=0.5, memory_bandwidth=0.8)
 

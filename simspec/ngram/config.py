@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from simspec.errors import InputError
+from simspec.scenario.releases import release_key
 
 MATCH_TYPES = ("BFS", "PROB")
 VERSIONS = ("0.5.8", "0.5.10", "0.5.23")
@@ -148,16 +149,19 @@ class NgramConfig:
 
 
 def nearest_read_version(version: str) -> str:
-    """The release whose drafter n-gram replay follows for an SGLang version "0.5.N".
+    """The release whose drafter n-gram replay follows for an SGLang version "0.5.N" or "0.5.N.postM".
 
-    Only 0.5.8, 0.5.10 and 0.5.23 were read: 0.5.8 and earlier -> "0.5.8", 0.5.9 .. 0.5.22 -> "0.5.10",
-    0.5.23 and later -> "0.5.23". For the versions in between this is an assumption (when max_trie_depth,
+    0.5.8, 0.5.10 and 0.5.23 were read for the replay: 0.5.8 and earlier -> "0.5.8", 0.5.9 .. 0.5.22 -> "0.5.10",
+    0.5.23 and later -> "0.5.23". 0.5.3-0.5.7 were read since and run 0.5.8's drafter (speculative/cpp_ngram,
+    --speculative-ngram-* defaults unchanged). For 0.5.9-0.5.22 this is an assumption (when max_trie_depth,
     MatchState and overlap scheduling for NGRAM arrived was not checked), not a reading.
     """
-    parts = version.split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts) or parts[:2] != ["0", "5"]:
-        raise InputError(f"expected an SGLang version 0.5.N, got {version!r}", key="sglang_version")
-    patch = int(parts[2])
+    try:
+        minor, patch, _ = release_key(version)
+    except ValueError:
+        minor = patch = -1
+    if minor != 5:
+        raise InputError(f"expected an SGLang version 0.5.N[.postM], got {version!r}", key="sglang_version")
     if patch <= 8:
         return "0.5.8"
     if patch < 23:

@@ -264,20 +264,36 @@ class FusedMoeTileFile(BaseModel):
     weights: str
     file: str
     tiles: list[tuple[int, int, int]] = Field(min_length=1, description="(tokens key, BLOCK_SIZE_M, BLOCK_SIZE_N)")
+    since: str | None = Field(default=None, pattern=r"^0\.\d+\.\d+(\.post\d+)?$",
+                              description="0.5.8's files: the first release read that ships it with these tiles")
 
 
 @cache
-def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]]:
-    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the file's tiles, by tokens."""
-    out: dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]] = {}
+def _fused_moe_tile_files() -> dict[str, list[FusedMoeTileFile]]:
+    out: dict[str, list[FusedMoeTileFile]] = {}
     for release, body in _load("fused_moe_tiles.yaml").items():
         files = [FusedMoeTileFile(**f) for f in body["files"]]
         for f in files:  # a name no preset uses would never be looked up: the default tile would stand in silently
             if f.gpu not in gpus() or f.weights not in typing.get_args(WeightFormat):
                 raise ValueError(f"fused_moe_tiles.yaml {release} {f.file}: GPU {f.gpu!r} or weights {f.weights!r}"
                                  " is not a simspec preset name")
-        out[str(release)] = {(f.gpu, f.experts, f.n, f.weights): tuple(f.tiles) for f in files}
+        out[str(release)] = files
     return out
+
+
+@cache
+def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]]:
+    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the file's tiles, by tokens."""
+    return {release: {(f.gpu, f.experts, f.n, f.weights): tuple(f.tiles) for f in files}
+            for release, files in _fused_moe_tile_files().items()}
+
+
+@cache
+def fused_moe_tiles_since() -> dict[str, dict[tuple[str, int, int, str], str]]:
+    """Per release read: (GPU preset, E, N, expert weights) -> the first release that ships the file with its tiles,
+    where calibration/read_fused_moe_tiles.py dated it (0.5.8's files, against the 0.5.3-0.5.7 wheels)."""
+    return {release: {(f.gpu, f.experts, f.n, f.weights): f.since for f in files if f.since}
+            for release, files in _fused_moe_tile_files().items()}
 
 
 class KernelCount(BaseModel):
@@ -295,6 +311,7 @@ class KernelRelease(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     per_layer: dict[PartName, KernelCount] = {}  # replaces per_layer's count for that part
     small_from_two_rows: dict[PartName, int] = {}  # small copies a part adds once a forward has 2+ query rows
+    unchanged_for: dict[PartName, list[str]] = {}  # architectures whose part keeps the per_layer count
     source: str
 
 

@@ -28,9 +28,8 @@ from simspec.scenario.reading import apply_overrides, read_yaml, relative_to_sce
 from simspec.scenario.schema import ACCEPTANCE_FORMS, EAGLE_FAMILY, Scenario, Workload
 
 #  SGLang's automatic (num_steps, topk, num_draft_tokens) when none of the three is set
-#  (server_args.auto_choose_speculative_params, 0.5.10): (3, 1, 4) for STANDALONE whatever the model, (5, 4, 8)
-#  for the Llama and Grok architectures, (3, 1, 4) for DeepseekV3-style and all other models.
-WIDE_TREE_ARCHITECTURES = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+#  (server_args.auto_choose_speculative_params): (3, 1, 4) for STANDALONE whatever the model; otherwise
+#  (5, 4, 8) or (3, 1, 4) by architecture and release (releases.auto_tree_is_wide).
 WIDE_TREE_AUTO = (5, 4, 8)
 DEFAULT_AUTO = (3, 1, 4)
 STARTUP_MEMORY_LIMIT = 0.25  # startup_memory_*: at most this share of the GPU (public logs show 1-3 GiB)
@@ -152,7 +151,8 @@ def _tree_settings(sc: Scenario, model: presets.ModelPreset, file: str) -> tuple
     if steps is None and topk is None and n is None:
         if releases.is_early(sc.server.version_minor_patch):
             return releases.EARLY_AUTO_TREE
-        if spec.algorithm != "standalone" and model.architecture in WIDE_TREE_ARCHITECTURES:
+        if spec.algorithm != "standalone" and releases.auto_tree_is_wide(sc.server.version_minor_patch,
+                                                                         model.architecture):
             return WIDE_TREE_AUTO
         return DEFAULT_AUTO
     if steps is None or topk is None or n is None:
@@ -182,13 +182,16 @@ def _overlap(sc: Scenario, topk: int, file: str) -> tuple[bool, bool]:
     elif alg == "ngram":
         supported, v2 = new, False
     else:
-        if srv.spec_v2 and releases.is_early(srv.version_minor_patch):
-            raise InputError(f"SGLang {srv.sglang_version} has no v2 speculative workers; allowed: false or unset",
-                             file=file, key="server.spec_v2")
+        if srv.spec_v2 and not releases.has_v2_workers(srv.release, alg):
+            what = " for standalone drafting (0.5.8 adds one)" if alg == "standalone" else ""
+            raise InputError(f"SGLang {srv.sglang_version} has no v2 speculative workers{what}; allowed: false or"
+                             " unset", file=file, key="server.spec_v2")
         v2 = srv.spec_v2 if srv.spec_v2 is not None else new
         if v2 and topk != 1:
             if srv.spec_v2:
-                raise InputError("v2 speculative workers need topk 1", file=file, key="server.spec_v2")
+                before = (" (SGLang before 0.5.7 does not check it, but simspec models v2 workers for chains only)"
+                          if srv.version_minor_patch < (5, 7) else "")
+                raise InputError(f"v2 speculative workers need topk 1{before}", file=file, key="server.spec_v2")
             v2 = False
         supported = v2
     if srv.overlap_schedule == "on" and not supported:
@@ -398,6 +401,11 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     if not releases.runs_architecture(version, model.architecture):
         raise InputError(f"SGLang {sc.server.sglang_version} has no {model.architecture} ({sc.model}); allowed:"
                          " a model that release serves, or a later sglang_version", file=file, key="model")
+    if sc.speculative.algorithm == "eagle3" and not releases.runs_eagle3_on(sc.server.release, model.architecture):
+        raise InputError(f"SGLang {sc.server.sglang_version} cannot run EAGLE-3 on {model.architecture} ({sc.model}):"
+                         " its target does not expose the hidden states an EAGLE-3 head reads"
+                         " (set_eagle3_layers_to_capture, from 0.5.4.post2); allowed: sglang_version 0.5.4.post2 or"
+                         " later", file=file, key="speculative.algorithm")
     tp = sc.server.tp
     if tp > sc.hardware.num_gpus:
         raise InputError(f"tp {tp} is larger than the {sc.hardware.num_gpus} GPUs; allowed: 1..{sc.hardware.num_gpus}",
@@ -412,6 +420,21 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     _check_draft_settings(sc, model, file)
 
     steps, topk, n = _tree_settings(sc, model, file)
+    given_wide_eagle_tree = spec.algorithm in EAGLE_FAMILY and spec.topk is not None and spec.topk > 1
+    if (model.attention.kind != "mla" and not given_wide_eagle_tree
+            and releases.trtllm_mha_refused_on(sc.server.release, gpu.display_name)):
+        raise InputError(f"SGLang {sc.server.sglang_version} does not start this server: on {gpu.display_name} (SM120)"
+                         f" it picks the trtllm_mha attention backend for {model.architecture}, an MHA model, when no"
+                         " EAGLE topk above 1 is given, then refuses it (\"TRTLLM MHA backend is only supported on"
+                         " Blackwell GPUs (SM100)\"); allowed: sglang_version 0.5.6, or 0.5.7 or later, or an"
+                         " EAGLE-family speculative.topk above 1", file=file, key="server.sglang_version")
+    if (spec.algorithm in EAGLE_FAMILY and spec.topk is None and topk > 1 and model.attention.kind != "mla"
+            and releases.auto_tree_fails_on(sc.server.release, gpu.display_name)):
+        raise InputError(f"SGLang {sc.server.sglang_version} does not start this server: on {gpu.display_name} it"
+                         " picks the trtllm_mha attention backend for an EAGLE server given no topk, then refuses"
+                         f" its auto tree's topk {topk} (trtllm_mha supports topk 1 only); allowed: set"
+                         " speculative.num_steps, topk and num_draft_tokens, or another sglang_version", file=file,
+                         key="speculative.topk")
     overlap, v2 = _overlap(sc, topk, file)
 
     profile, profile_path = _load_profile_for(sc, path)
@@ -437,7 +460,8 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                              file=profile_path or file, key=f"coefficients.{startup_key}")
         if profile is not None and profile.draft_forward_ms is not None and dstack is not None:
             _check_draft_step_time(profile, profile_path, dstack, gpu)
-    mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file, startup)
+    mem = plan_memory(gpu, sc.model, model, target, dstack, sc.server, spec.algorithm, file, startup,
+                      tree=(steps, topk, n))
 
     resolved = ResolvedScenario(
         scenario=sc, path=path, gpu=gpu, model=model, interconnect=ic, all_reduce=curve, drafter=drafter,

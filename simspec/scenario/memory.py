@@ -1,15 +1,15 @@
 """GPU memory as SGLang lays it out: its size-dependent defaults, the weights, and the KV cache left.
 
-server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp (the same tiers in 0.5.8
-through 0.5.10), then mem_fraction_static from a reserve for activations, CUDA graphs and the drafter, which
-changed between versions (default_mem_fraction_static); the KV cache gets what that fraction of the memory free
-at startup leaves after the weights, and the running-request cap follows from the KV capacity
-(model_runner_kv_cache_mixin._resolve_max_num_reqs). The 0.4 releases simspec models (releases.py) had simpler
-rules, kept in early_tier_defaults and early_mem_fraction_static; the pool and the request cap follow the
-same formulas there (0.4.4 / 0.4.6.post1 model_runner.init_memory_pool, managers/tp_worker.py), except that a
-0.4 target sizes its pool before the draft worker loads (the drafter's weights and KV then come out of the
-reserve, where simspec subtracts them from the pool: ~1 GB) and adds the draft tokens' slots to it; neither
-is modelled.
+server_args.py picks chunked_prefill_size and cuda_graph_max_bs by GPU memory and tp (the same tiers in 0.5.3
+through 0.5.10 but for the 20-35 GiB tier's graph cap before 0.5.4.post1: tier_defaults), then
+mem_fraction_static from a reserve for activations, CUDA graphs and the drafter, which changed between versions
+(default_mem_fraction_static); the KV cache gets what that fraction of the memory free at startup leaves after the
+weights, and the running-request cap follows from the KV capacity (model_runner_kv_cache_mixin._resolve_max_num_reqs).
+The 0.4 releases simspec models (releases.py) had simpler rules, kept in early_tier_defaults and
+early_mem_fraction_static; the pool and the request cap follow the same formulas there (0.4.4 / 0.4.6.post1
+model_runner.init_memory_pool, managers/tp_worker.py), except that a 0.4 target sizes its pool before the draft
+worker loads (the drafter's weights and KV then come out of the reserve, where simspec subtracts them from the pool:
+~1 GB) and adds the draft tokens' slots to it; neither is modelled.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 
 # GPU memory in MiB below which (chunked_prefill_size, cuda_graph_max_bs if tp < 4, cuda_graph_max_bs if
 # tp >= 4) apply (server_args._handle_gpu_memory_settings)
+SMALL_GPU_TIER_MIB = 35 * 1024
 MEMORY_TIERS_MIB = (
     (20 * 1024, (2048, 8, 8)),
-    (35 * 1024, (2048, 24, 80)),
+    (SMALL_GPU_TIER_MIB, (2048, 24, 80)),
     (60 * 1024, (4096, 32, 160)),
     (160 * 1024, (8192, 256, 512)),
     (float("inf"), (16384, 512, 512)),
@@ -47,16 +48,19 @@ class MemoryPlan:
 
 
 def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Stack, draft: Stack | None,
-                server: Server, algorithm: str, file: str, startup_mib: float = 0.0) -> MemoryPlan:
+                server: Server, algorithm: str, file: str, startup_mib: float = 0.0,
+                tree: tuple[int, int, int] = (0, 0, 1)) -> MemoryPlan:
     """SGLang's memory defaults for this box, and what they leave for the KV cache; InputError if the weights
     do not fit. startup_mib: memory already in use when SGLang measures the free memory the KV cache is sized
     from (model_runner_kv_cache_mixin.profile_max_num_token): the pool is (total - startup) x
-    mem_fraction_static - weights, while the default fraction itself is computed from the total."""
+    mem_fraction_static - weights, while the default fraction itself is computed from the total. tree: the
+    speculative (num_steps, topk, num_draft_tokens), for the draft headroom 0.5.3-0.5.6 add to the pool
+    (releases.draft_kv_headroom)."""
     tp = server.tp
     version = server.version_minor_patch
     early = releases.is_early(version)
     weights = target.weight_bytes_per_gpu + (draft.weight_bytes_per_gpu if draft else 0.0)
-    chunk, graph_bs = early_tier_defaults(gpu, tp, version) if early else tier_defaults(gpu, tp)
+    chunk, graph_bs = early_tier_defaults(gpu, tp, version) if early else tier_defaults(gpu, tp, server.release)
     if server.chunked_prefill_size is not None:
         chunk = server.chunked_prefill_size
     if server.cuda_graph_max_bs is not None:
@@ -81,6 +85,9 @@ def plan_memory(gpu: GpuPreset, model_name: str, model: ModelPreset, target: Sta
     if requested is None and algorithm != "none":
         requested = releases.spec_default_max_running(version)
     mrr = max_running_requests(requested, kv_capacity, model.context_length)
+    # the request pool that sizes the headroom is the one set before it: the cap asked for, else the pool formula
+    pool = requested if requested is not None else request_pool(kv_capacity, model.context_length)
+    kv_capacity += releases.draft_kv_headroom(version, algorithm, pool, *tree)
     return MemoryPlan(chunk, graph_bs, fraction, weights, kv_capacity, mrr)
 
 
@@ -90,10 +97,13 @@ def gpu_mib(gpu: GpuPreset) -> float:
     return float(gpu.memory_mib)
 
 
-def tier_defaults(gpu: GpuPreset, tp: int) -> tuple[int, int]:
-    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for this GPU's memory and TP degree."""
+def tier_defaults(gpu: GpuPreset, tp: int, release: tuple[int, int, int] = (5, 10, 0)) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) for this GPU's memory and TP degree (0.5 releases: the
+    20-35 GiB tier's cap at tp < 4 was 16 until 0.5.4.post1, releases.SMALL_GPU_GRAPH_BS_24_FROM)."""
     for limit, (chunk, small_tp, large_tp) in MEMORY_TIERS_MIB:
         if gpu_mib(gpu) < limit:
+            if limit == SMALL_GPU_TIER_MIB and release < releases.SMALL_GPU_GRAPH_BS_24_FROM:
+                small_tp = 16
             return chunk, small_tp if tp < 4 else large_tp
     raise AssertionError("the last tier has no upper limit")
 
@@ -111,7 +121,7 @@ def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: i
     covering attention metadata, prefill activations, decode CUDA graphs, large-TP padding, piecewise (prefill)
     CUDA graphs and the drafter (server_args._handle_gpu_memory_settings; data-parallel attention and
     multimodal adjustments are not modelled). What changed by version, read from the wheels:
-    - 0.5.8, 0.5.9: piecewise CUDA graphs are off unless --enable-piecewise-cuda-graph, so nothing is reserved
+    - 0.5.3 through 0.5.9: piecewise CUDA graphs are off unless --enable-piecewise-cuda-graph, so nothing is reserved
       for them; an EAGLE-family drafter reserves 2 GiB.
     - 0.5.10 on: piecewise graphs are on by default and reserve 8 MiB per captured size (a flat 1.5 GiB with
       MLA), except that _handle_piecewise_cuda_graph, which runs first, turns them off under any speculative
@@ -132,11 +142,16 @@ def default_mem_fraction_static(gpu: GpuPreset, tp: int, chunk: int, graph_bs: i
     return round((mib - reserve) / mib, 3)
 
 
+def request_pool(kv_capacity: int, context_length: int) -> int:
+    """The request pool SGLang sizes when no cap is set: capacity / context_length x 512, within [2048, 4096]."""
+    return max(min(int(kv_capacity / context_length * 512), 4096), 2048)
+
+
 def max_running_requests(requested: int | None, kv_capacity: int, context_length: int) -> int:
     """SGLang's cap on running requests: a pool of capacity / context_length x 512 requests, clamped to
     [2048, 4096]; without a setting (the user's, or the one a speculative server makes: releases.py) also at
     most capacity // 2."""
-    pool = max(min(int(kv_capacity / context_length * 512), 4096), 2048)
+    pool = request_pool(kv_capacity, context_length)
     if requested is not None:
         return max(1, min(requested, pool))
     return max(1, min(pool, kv_capacity // 2))

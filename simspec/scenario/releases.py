@@ -1,9 +1,11 @@
 """Which SGLang releases simspec models, and what about a release changes a prediction.
 
-Two early-2025 releases are modelled besides 0.5.8 through 0.5.23, because published measurements were taken
+Two early-2025 releases are modelled besides 0.5.3 through 0.5.23, because published measurements were taken
 on them: 0.4.4 (the EAGLE-3 paper's batch-size sweep, M3) and 0.4.6.post1 (the Qwen documentation's H20
 speed benchmark). Everything below was read from each release's wheel; where a rule is not listed here, the
-0.5.x rule applies to them too (see the not-modelled list in docs/time-model.md).
+0.5.x rule applies to them too (see the not-modelled list in docs/time-model.md). 0.5.3 through 0.5.7 (each
+.postN wheel read too) differ from 0.5.8 where the 0.5.x rules below say so; a few rules tell .postN releases
+apart (release_key).
 
 What differs, by release:
 - speculative algorithms: 0.4.4 has EAGLE (and NEXTN, which it maps to EAGLE); 0.4.6 adds EAGLE3. Neither
@@ -21,9 +23,10 @@ What differs, by release:
 - whether the Triton fused MoE swaps its operands for FP8 tiles under 64 rows on Hopper, so that they run on
   wgmma: not before 0.5.8; 0.5.8 on the H20 only; from 0.5.9 on every SM90 part (fused_moe_triton_kernels.py
   should_enable_swap_ab, after SGLang PRs #15712 and #16723).
-- which FP8 expert shapes have a tuned H20 fused-MoE config with 16-row tiles, and up to how many tokens
-  (_H20_FP8_MOE_SMALL_TILE_TOKENS below); and DeepSeek-V3's shared experts fused into the routed ones on SM90 in
-  0.4.6 (deepseek_v2.py determine_n_share_experts_fusion: tp copies, so the kernel sees 256 + tp experts).
+- which expert shapes have a tuned fused-MoE config, and its tiles (presets/fused_moe_tiles.yaml, by release and
+  from each file's `since`: forward.MoeGrid, whose 16-row range forward.moe_small_tiles reads); and DeepSeek-V3's
+  shared experts fused into the routed ones on SM90 in 0.4.6 (deepseek_v2.py determine_n_share_experts_fusion:
+  tp copies, so the kernel sees 256 + tp experts).
 - how many row blocks the Triton fused MoE's grid launches at small batch (fused_moe_padded_rows): sized for the
   worst case before 0.5.7, for the pairs routed from 0.5.7.
 """
@@ -33,8 +36,8 @@ from __future__ import annotations
 import re
 
 EARLY_RELEASES = ((4, 4), (4, 6))  # (minor, patch) of the 0.4 releases read
-CURRENT_RANGE = ((5, 8), (5, 23))  # every 0.5 release from 0.5.8 to 0.5.23
-MODELLED_TEXT = "0.4.4, 0.4.6 (0.4.6.post1) and 0.5.8 through 0.5.23"
+CURRENT_RANGE = ((5, 3), (5, 23))  # every 0.5 release from 0.5.3 to 0.5.23, .postN ones included
+MODELLED_TEXT = "0.4.4, 0.4.6 (0.4.6.post1) and 0.5.3 through 0.5.23"
 VERSION_PATTERN = r"^0\.(\d+)\.(\d+)(\.post\d+)?$"
 
 _ALGORITHMS_0_4_4 = ("none", "eagle", "mtp")
@@ -45,14 +48,22 @@ _MISSING_ARCHITECTURES = {
     (4, 4): ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"),
     (4, 6): ("KimiK25ForConditionalGeneration",),
 }
+KIMI_K25_FROM = (5, 9)  # models/kimi_k25.py first ships in the 0.5.9 wheel (0.5.3-0.5.8 have kimi_linear, kimi_vl only)
 
 
 def minor_patch(version: str) -> tuple[int, int]:
     """(minor, patch) of an SGLang version string "0.M.P" or "0.M.P.postN"."""
+    return release_key(version)[:2]
+
+
+def release_key(version: str) -> tuple[int, int, int]:
+    """(minor, patch, post) of an SGLang version string: "0.5.4.post1" -> (5, 4, 1), "0.5.4" -> (5, 4, 0). Only the
+    rules that changed within a patch release look at `post` (v2 workers, EAGLE-3 on DeepSeek, CUDA-graph sizes, B200
+    MoE runners, trtllm_mha on Blackwell)."""
     m = re.match(VERSION_PATTERN, version)
     if m is None:
         raise ValueError(f"not an SGLang version 0.M.P[.postN]: {version!r}")
-    return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)[5:]) if m.group(3) else 0
 
 
 def is_modelled(version: tuple[int, int]) -> bool:
@@ -95,16 +106,6 @@ def fp8_moe_swaps_ab(version: tuple[int, int], gpu_display_name: str) -> bool:
     return True
 
 
-# The H20's tuned fused-MoE configs for block-FP8 experts in the 0.4.6.post1 wheel (fused_moe_triton/configs/
-# E=...,N=...,device_name=NVIDIA_H20,dtype=fp8_w8a8,block_shape=[128, 128].json), by (E, N) as the kernel sees
-# them: the most tokens a call may have and still get a BLOCK_SIZE_M 16 config under try_get_optimal_moe_config's
-# nearest-key lookup (keys in file order, the first on a tie). A shape without a file runs get_default_config,
-# whose block-FP8 tiles are 64 rows at every size; 0.4.4 ships no H20 FP8 file.
-_H20_FP8_MOE_SMALL_TILE_TOKENS = {
-    (4, 6): {(128, 768): 192, (128, 384): 192, (256, 128): 384, (264, 256): 384, (272, 128): 768},
-}
-
-
 def fused_moe_experts(version: tuple[int, int], architecture: str, routed_experts: int, tp: int) -> int:
     """Experts the fused-MoE kernel sees: 0.4.6 fuses DeepSeek-V3/R1's shared expert into the routed ones on SM90
     (one copy per TP rank, so 256 + tp); otherwise the routed experts."""
@@ -113,16 +114,38 @@ def fused_moe_experts(version: tuple[int, int], architecture: str, routed_expert
     return routed_experts
 
 
-def fp8_moe_small_tile_tokens(version: tuple[int, int], gpu_display_name: str, experts: int, n: int) -> int:
-    """The most tokens per fused-MoE call that this release runs in 16-row tiles for FP8 experts of this shape (E
-    experts as the kernel sees them, N intermediate columns per GPU) on this GPU; 0 when it has no such config."""
-    if not _is_h20(gpu_display_name):
-        return 0
-    return _H20_FP8_MOE_SMALL_TILE_TOKENS.get(version, {}).get((experts, n), 0)
-
-
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
+    if architecture == "KimiK25ForConditionalGeneration" and version < KIMI_K25_FROM:
+        return False
     return architecture not in _MISSING_ARCHITECTURES.get(version, ())
+
+
+# EAGLE-3 needs the target to expose its hidden states (set_eagle3_layers_to_capture, which ModelRunner calls for
+# every EAGLE-3 target): models/deepseek_v2.py has it from 0.5.4.post2, so before that DeepseekV3ForCausalLM
+# targets (DeepSeek-V3/R1, Kimi-K2) cannot run EAGLE-3 (the 0.5.3-0.5.4.post1 wheels).
+EAGLE3_ON_DEEPSEEK_FROM = (5, 4, 2)
+
+
+def runs_eagle3_on(release: tuple[int, int, int], architecture: str) -> bool:
+    return not (architecture == "DeepseekV3ForCausalLM" and (5, 0) <= release < EAGLE3_ON_DEEPSEEK_FROM)
+
+
+# The (num_steps, topk, num_draft_tokens) an EAGLE-family server picks when none is set
+# (server_args.auto_choose_speculative_params): (3, 1, 4) for the DeepSeek-type architectures in every 0.5
+# release; for every other architecture (5, 4, 8) through 0.5.7, (3, 1, 4) from 0.5.8 but for Llama and Grok.
+# The DeepSeek-type list grows by release (Glm4Moe, MistralLarge3, MiMoV2Flash, ...); these are its 0.5.3 members.
+_NARROW_AUTO_TREE = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
+                     "GptOssForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM")
+_WIDE_AUTO_TREE_FROM_0_5_8 = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
+NARROW_FALLBACK_FROM = (5, 8)
+
+
+def auto_tree_is_wide(version: tuple[int, int], architecture: str) -> bool:
+    """Whether an EAGLE-family server (not standalone) of this 0.5 release picks (5, 4, 8) for this architecture
+    when no tree is set, rather than (3, 1, 4)."""
+    if version < NARROW_FALLBACK_FROM:
+        return architecture not in _NARROW_AUTO_TREE
+    return architecture in _WIDE_AUTO_TREE_FROM_0_5_8
 
 
 # The Triton fused MoE's grid (fused_moe.py invoke_fused_moe_kernel: cdiv(sorted_token_ids.shape[0], BLOCK_SIZE_M)
@@ -139,8 +162,9 @@ _TIGHT_MOE_ALIGN = (5, 7)
 
 def fused_moe_tile_release(version: tuple[int, int]) -> str | None:
     """The release whose tuned fused-MoE config files (presets/fused_moe_tiles.yaml) stand for this one: 0.4.6.post1's
-    for 0.4.6, 0.5.8's for 0.5.8 on (files added after 0.5.8 are not read); None for 0.4.4, whose files were not read
-    (its calls take the default tile)."""
+    for 0.4.6; 0.5.8's for 0.5.3 on, each file from its `since` on (files added after 0.5.8 are not read; the
+    0.5.3-0.5.7 wheels ship 0.5.8's files byte for byte, less the later ones); None for 0.4.4, whose files were not
+    read (its calls take the default tile)."""
     if version == (4, 4):
         return None
     return "0.4.6" if version < CURRENT_RANGE[0] else "0.5.8"
@@ -148,22 +172,48 @@ def fused_moe_tile_release(version: tuple[int, int]) -> str | None:
 
 # SM100 parts among simspec's GPU presets (is_sm100_supported: compute capability 10.x), by display name
 _SM100 = ("B200",)
+_FP8_EXPERTS = ("fp8", "fp8-block128")
+# When an SM100 target's default MoE runner became flashinfer_trtllm (server_args
+# _handle_model_specific_adjustments, read from each wheel):
+# - DeepseekV3ForCausalLM: never in 0.5.3 and 0.5.3.post1; for modelopt_fp4 checkpoints only (no simspec format)
+#   from 0.5.3.post2 through 0.5.4; for any weights in 0.5.4.post1-0.5.4.post3; from 0.5.5 for fp8 (and modelopt
+#   fp8/fp4), where a checkpoint without quantization is first given "fp8" (online FP8 quantization, which simspec
+#   does not model: it reads BF16 expert bytes), so BF16 switches too, in every release to 0.5.23.
+# - Qwen3MoeForCausalLM: from 0.5.6 for fp8 (and modelopt_fp4); from 0.5.8 for unquantized (BF16) weights too.
+DSV3_TRTLLM_ANY_FROM = (5, 4, 1)
+DSV3_FP8_ONLY_FROM = (5, 5)
+QWEN3_MOE_TRTLLM_FROM = (5, 6)
+QWEN3_MOE_BF16_TRTLLM_FROM = (5, 8)
+# From 0.5.7 a draft whose target runs flashinfer_trtllm gets speculative_moe_runner_backend "auto" (Triton); before,
+# the draft's MoE runs the target's backend (0.5.5-0.5.6.post2: SPECULATIVE_MOE_RUNNER_BACKEND defaults to it).
+DRAFT_MOE_OWN_RUNNER_FROM = (5, 7)
 
 
-def target_moe_runs_triton(version: tuple[int, int], gpu_display_name: str, architecture: str,
+def target_moe_runs_triton(release: tuple[int, int, int], gpu_display_name: str, architecture: str,
                            expert_weights: str) -> bool:
-    """Whether the target's routed experts run SGLang's Triton fused MoE. From 0.5.8 (server_args.__post_init__) an
-    SM100 part switches the default MoE runner to flashinfer_trtllm for DeepseekV3ForCausalLM with FP8 weights and
-    for Qwen3MoeForCausalLM with FP8 or unquantized ones; the draft's MoE keeps the Triton kernel
-    (speculative_moe_runner_backend falls back to auto). simspec does not model flashinfer's kernel: it charges no
-    grid for it."""
-    if version < CURRENT_RANGE[0] or gpu_display_name not in _SM100:
+    """Whether the target's routed experts run SGLang's Triton fused MoE in this release (minor, patch, post). On
+    SM100 parts later releases switch the default MoE runner to flashinfer_trtllm (above). simspec does not model
+    flashinfer's kernel: it charges no grid for it."""
+    if release[:2] < CURRENT_RANGE[0] or gpu_display_name not in _SM100:
         return True
     if architecture == "DeepseekV3ForCausalLM":
-        return expert_weights not in ("fp8", "fp8-block128")
+        if release < DSV3_TRTLLM_ANY_FROM:
+            return True
+        if release < DSV3_FP8_ONLY_FROM:
+            return False
+        return expert_weights not in _FP8_EXPERTS + ("bf16",)
     if architecture == "Qwen3MoeForCausalLM":
-        return expert_weights not in ("fp8", "fp8-block128", "bf16")
+        if release < QWEN3_MOE_TRTLLM_FROM:
+            return True
+        if release < QWEN3_MOE_BF16_TRTLLM_FROM:
+            return expert_weights not in _FP8_EXPERTS
+        return expert_weights not in _FP8_EXPERTS + ("bf16",)
     return True
+
+
+def draft_moe_runs_triton(release: tuple[int, int, int], target_runs_triton: bool) -> bool:
+    """Whether a draft's routed experts (an MTP layer, a standalone draft model) run the Triton fused MoE."""
+    return True if release >= DRAFT_MOE_OWN_RUNNER_FROM else target_runs_triton
 
 
 def tight_moe_align(version: tuple[int, int]) -> bool:
@@ -171,14 +221,89 @@ def tight_moe_align(version: tuple[int, int]) -> bool:
     return version >= _TIGHT_MOE_ALIGN
 
 
-def fused_moe_padded_rows(tight: bool, pairs: int, experts: int, block_m: int) -> int:
+def moe_align_pads_experts_plus_one(version: tuple[int, int]) -> bool:
+    """Whether the worst-case alignment buffer pads E + 1 experts (0.4.10 on) rather than E (0.4.4-0.4.9)."""
+    return version >= (4, 10)
+
+
+def fused_moe_padded_rows(tight: bool, pairs: int, experts: int, block_m: int, plus_one: bool = False) -> int:
     """Row blocks of the fused-MoE grid for `pairs` (token, expert) pairs over `experts` experts (as the kernel sees
     them) in blocks of `block_m` rows: max_num_tokens_padded / BLOCK_SIZE_M rounded up, under the tight rule (0.5.7
-    on) or the worst-case one (before)."""
+    on) or the worst-case one (before), which pads E experts (0.4.x) or E + 1 (`plus_one`: 0.4.10-0.5.6.post2)."""
     if pairs <= 0:
         return 0
     if tight:
         padded = pairs * block_m if pairs < experts + 1 else pairs + (experts + 1) * (block_m - 1)
     else:
-        padded = pairs + experts * (block_m - 1)
+        padded = pairs + (experts + 1 if plus_one else experts) * (block_m - 1)
     return -(-padded // block_m)
+
+
+# v2 speculative workers (EAGLEWorkerV2, overlapped with the scheduler): none in 0.5.3 and 0.5.3.post1; switched on
+# by --enable-beta-spec from 0.5.3.post2 through 0.5.4 and by SGLANG_ENABLE_SPEC_V2 from 0.5.4.post1 (simspec's
+# server.spec_v2 stands for either); for EAGLE and EAGLE3 only until 0.5.8 adds a standalone v2 worker. Until 0.5.7
+# nothing stops v2 with topk > 1 (0.5.7 added "Spec v2 currently only supports topk = 1"); simspec models v2 chains.
+# (Until 0.5.6.post2 SGLANG_ENABLE_SPEC_V2 forces overlap on for EAGLE and leaves EAGLE3 at the overlap default,
+# which is on: both then get EAGLEWorkerV2, as in 0.5.7 on.)
+V2_WORKERS_FROM = (5, 3, 2)
+STANDALONE_V2_FROM = (5, 8)
+# Under v2 the draft's extend after a verify runs eagerly (EAGLEWorkerV2 calls the draft model's forward) until
+# 0.5.5.post3 replays its CUDA graph; v1's runs in a graph in every 0.5 release.
+V2_DRAFT_EXTEND_GRAPH_FROM = (5, 5, 3)
+
+
+def has_v2_workers(release: tuple[int, int, int], algorithm: str) -> bool:
+    if release[:2] < CURRENT_RANGE[0] or release < V2_WORKERS_FROM:
+        return False
+    return algorithm != "standalone" or release >= STANDALONE_V2_FROM
+
+
+def v2_draft_extend_eager(release: tuple[int, int, int]) -> bool:
+    return release < V2_DRAFT_EXTEND_GRAPH_FROM
+
+
+# 0.5.3 through 0.5.6.post2 give the target's KV pool (and the scheduler's token budget) headroom for the draft's
+# tokens when the algorithm is EAGLE-family or standalone (ModelRunner.init_memory_pool: draft_runner_cache_size =
+# max_total_num_tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100); 0.5.7 dropped it.
+DRAFT_KV_HEADROOM_UNTIL = (5, 7)
+
+
+def draft_kv_headroom(version: tuple[int, int], algorithm: str, request_pool: int, steps: int, topk: int,
+                      num_draft_tokens: int) -> int:
+    """KV-cache tokens this release adds to the pool for a speculative server's drafts (above)."""
+    if not CURRENT_RANGE[0] <= version < DRAFT_KV_HEADROOM_UNTIL or algorithm in ("none", "ngram"):
+        return 0
+    return request_pool * (steps * topk + num_draft_tokens) + 100
+
+
+# The speculative CUDA-graph batch sizes (server_args._generate_cuda_graph_batch_sizes) stepped 40-60 by 4 and then
+# 72 (range(40, 64, 4): a batch of 61-64 padded to 72) until 0.5.4.post2 took 64 in.
+SPEC_GRAPH_64_FROM = (5, 4, 2)
+# cuda_graph_max_bs for GPUs of 20-35 GiB at tp < 4: 16 until 0.5.4.post1 raised it to 24
+# (_handle_gpu_memory_settings).
+SMALL_GPU_GRAPH_BS_24_FROM = (5, 4, 1)
+
+
+# 0.5.6.post1 and 0.5.6.post2 pick the trtllm_mha attention backend for an MHA target (not MLA) on Blackwell, SM100
+# and SM120 alike (server_args._handle_attention_backend_compatibility: is_blackwell() and
+# is_no_spec_infer_or_topk_one, true when no topk is given or topk is 1; it runs before the speculative settings are
+# filled in, so an n-gram server, which sets its topk later, counts as no topk). Then:
+# - on SM120 (the RTX PRO 6000s) the same function refuses it: "TRTLLM MHA backend is only supported on Blackwell
+#   GPUs (SM100)". Every MHA server but an EAGLE one given topk > 1 fails to start.
+# - on SM100 (B200) an EAGLE auto tree with topk > 1 is refused ("trtllm_mha backend only supports topk = 1"), so an
+#   EAGLE server whose auto tree is wide does not start.
+# 0.5.7 picks trtllm_mha on SM100 only, and only when the topk was given as 1 or speculation is off.
+_TRTLLM_MHA_BLACKWELL_ANY = ((5, 6, 1), (5, 6, 2))
+_SM120 = ("RTX PRO 6000",)
+
+
+def trtllm_mha_refused_on(release: tuple[int, int, int], gpu_display_name: str) -> bool:
+    """Whether an MHA server given no topk or topk 1 fails to start here, trtllm_mha having been picked for an SM120
+    part (above)."""
+    return release in _TRTLLM_MHA_BLACKWELL_ANY and gpu_display_name.startswith(_SM120)
+
+
+def auto_tree_fails_on(release: tuple[int, int, int], gpu_display_name: str) -> bool:
+    """Whether an EAGLE-family server of an MHA model with a wide auto tree fails to start on this SM100 part
+    (above)."""
+    return release in _TRTLLM_MHA_BLACKWELL_ANY and gpu_display_name in _SM100

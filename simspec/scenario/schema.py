@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
-from simspec.scenario.releases import MODELLED_TEXT, VERSION_PATTERN, minor_patch
+from simspec.scenario.releases import MODELLED_TEXT, VERSION_PATTERN, minor_patch, release_key
 
 Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
@@ -91,6 +91,11 @@ class Server(StrictModel):
     @property
     def version_minor_patch(self) -> tuple[int, int]:
         return minor_patch(self.sglang_version)  # the field pattern guarantees the form
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """(minor, patch, post): for the few rules that changed within a patch release (scenario/releases.py)."""
+        return release_key(self.sglang_version)
 
 
 class NgramSettings(StrictModel):

@@ -9,7 +9,7 @@ A GEMM's FLOPs count the rows the tensor cores actually run: the tokens rounded 
 of Triton's fused MoE per touched expert (a lower bound: tokens are not split per expert). At small batch this
 is what bounds a compute-starved part such as the H20.
 
-Where a release's tuned config gives FP8 experts 16-row blocks (releases.fp8_moe_small_tile_tokens), narrower
+Where a release's tuned config gives FP8 experts 16-row blocks (MoeGrid.small_tile_tokens), narrower
 than Hopper's 64-row wgmma, Triton runs them on warp-level MMA unless the kernel swaps A and B
 (releases.fp8_moe_swaps_ab). Where that path's rate was measured (gpus.yaml moe_small_tile_tflops: the H20), those
 expert GEMMs run at it: on the H20 it makes them compute-bound (74 TFLOPS against 4 TB/s).
@@ -85,6 +85,10 @@ class Efficiencies:
                    moe_empty_block_us=coefficient("moe_empty_block_us"))
 
 
+SMALL_TILE_ROWS = 16  # BLOCK_SIZE_M of the tiles that Hopper cannot run on wgmma (.m64) unless A and B are swapped
+ALL_CALLS = 1 << 30  # SmallTiles.max_tokens when every call size runs 16-row tiles
+
+
 @dataclass(frozen=True, slots=True)
 class SmallTiles:
     """Routed-expert GEMMs of calls up to max_tokens tokens run in 16-row tiles on warp-level MMA, at tflops."""
@@ -93,16 +97,16 @@ class SmallTiles:
     max_tokens: int
 
 
-def moe_small_tiles(gpu: GpuPreset, model: ModelPreset, stack: Stack, version: tuple[int, int]) -> SmallTiles | None:
-    """When the routed experts' GEMMs do not run at the dense peak: FP8 experts whose release has a 16-row config
-    for their shape on this GPU, does not swap those tiles onto wgmma, and whose GPU's small-tile rate was measured."""
+def moe_small_tiles(gpu: GpuPreset, stack: Stack, grid: MoeGrid | None,
+                    version: tuple[int, int]) -> SmallTiles | None:
+    """When the routed experts' GEMMs do not run at the dense peak: FP8 experts whose release has a tuned config
+    with 16-row tiles for their shape on this GPU (the grid's tiles, up to the most tokens nearest-key lookup still
+    maps to a 16-row entry), does not swap those tiles onto wgmma, and whose GPU's small-tile rate was measured."""
     if gpu.moe_small_tile_tflops is None or stack.expert_compute != "fp8" or not stack.num_moe_layers:
         return None
-    if releases.fp8_moe_swaps_ab(version, gpu.display_name):
+    if grid is None or releases.fp8_moe_swaps_ab(version, gpu.display_name):
         return None
-    experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
-    max_tokens = releases.fp8_moe_small_tile_tokens(version, gpu.display_name, experts,
-                                                    model.moe_intermediate_size // stack.tp)
+    max_tokens = grid.small_tile_tokens()
     return SmallTiles(gpu.moe_small_tile_tflops, max_tokens) if max_tokens else None
 
 
@@ -128,6 +132,7 @@ class MoeGrid:
     experts: int
     weights: str
     tiles: tuple[tuple[int, int, int], ...] = ()
+    plus_one: bool = False  # the worst-case buffer pads E + 1 experts (0.4.10-0.5.6), not E (0.4.x)
 
     def tile(self, tokens: int) -> tuple[int, int]:
         if not self.tiles:
@@ -135,12 +140,25 @@ class MoeGrid:
         _, bm, bn = min(self.tiles, key=lambda t: abs(t[0] - tokens))  # first on a tie, as min() over the keys
         return bm, bn
 
+    def small_tile_tokens(self) -> int:
+        """The most tokens a call may have and still run in 16-row tiles under the tuned config (every smaller call
+        does too); 0 without a config or when its smallest call already takes wider rows. A config whose largest
+        key is 16-row serves every larger call the same: ALL_CALLS."""
+        if not self.tiles:
+            return 0
+        last = 0
+        for tokens in range(1, max(t[0] for t in self.tiles) + 1):
+            if self.tile(tokens)[0] != SMALL_TILE_ROWS:
+                return last
+            last = tokens
+        return ALL_CALLS
+
     def empty_programs(self, tokens: int, pairs: int, touched: float, width: int, hidden: int) -> float:
         """Programs of one MoE layer's two expert GEMMs (w13: 2 x width columns, w2: hidden) over `tokens` tokens
         whose row block the routing left empty. A touched expert fills at least one block, and its pairs past a
         block more (about half a block of slack each): an expected count, not a draw."""
         block_m, block_n = self.tile(tokens)
-        rows = releases.fused_moe_padded_rows(self.tight, pairs, self.experts, block_m)
+        rows = releases.fused_moe_padded_rows(self.tight, pairs, self.experts, block_m, self.plus_one)
         filled = max(touched, pairs / block_m + touched / 2) if touched else 0.0
         empty_rows = max(rows - filled, 0.0)
         columns = math.ceil(2 * width / block_n) + math.ceil(hidden / block_n)
@@ -152,17 +170,24 @@ class MoeGrid:
 TRITON_MOE_WEIGHTS = ("bf16", "fp8", "fp8-block128")
 
 
-def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, version: tuple[int, int]) -> MoeGrid | None:
-    """The grid of this stack's routed experts under this release on this GPU (a preset name): the tiles of the
-    release's tuned config file for the shape where it ships one (presets/fused_moe_tiles.yaml), else the default."""
+def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int, int, int]) -> MoeGrid | None:
+    """The grid of this stack's routed experts under this release (minor, patch, post) on this GPU (a preset name):
+    the tiles of the release's tuned config file for the shape where it ships one (presets/fused_moe_tiles.yaml,
+    from the file's `since` on), else the default."""
     weights = model.weights.routed_experts
     if not stack.num_moe_layers or weights not in TRITON_MOE_WEIGHTS:
         return None
+    release = (*release, 0)[:3]  # a (minor, patch) key stands for the release without .postN
+    version = release[:2]
     experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
-    release = releases.fused_moe_tile_release(version)
-    files = presets.fused_moe_tiles().get(release, {}) if release else {}
-    tiles = files.get((gpu_name, experts, model.moe_intermediate_size // stack.tp, weights), ())
-    return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles)
+    read = releases.fused_moe_tile_release(version)
+    key = (gpu_name, experts, model.moe_intermediate_size // stack.tp, weights)
+    tiles = presets.fused_moe_tiles().get(read, {}).get(key, ()) if read else ()
+    since = presets.fused_moe_tiles_since().get(read, {}).get(key) if read else None
+    if since is not None and release < releases.release_key(since):
+        tiles = ()  # this release predates the file: the default tile
+    return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles,
+                   releases.moe_align_pads_experts_plus_one(version))
 
 
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:

@@ -63,12 +63,14 @@ class PlannedForward(NamedTuple):
     logit_tokens_per_request: int = 1  # tokens whose logits are computed and all-gathered
 
 
-def captured_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
+def captured_batch_sizes(max_bs: int, speculative: bool, release: tuple[int, int, int] = (5, 10, 0)) -> list[int]:
     """SGLang's CUDA-graph batch sizes (server_args._generate_cuda_graph_batch_sizes, 0.5.10), always including
-    max_bs. Speculative: 1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16. Otherwise: 1, 2, 4, 8,
-    12, 16-256 step 8, 272-496 step 16, then step 32 from 512."""
+    max_bs. Speculative: 1-8, 10-32 step 2, 40-64 step 4 (40-60 until 0.5.4.post2:
+    releases.SPEC_GRAPH_64_FROM), 72-256 step 8, then step 16. Otherwise: 1, 2, 4, 8, 12, 16-256 step 8, 272-496
+    step 16, then step 32 from 512."""
     if speculative:
-        sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+        last = 65 if release >= releases.SPEC_GRAPH_64_FROM else 64
+        sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, last, 4)) + list(range(72, 257, 8))
         sizes += list(range(272, max_bs + 1, 16))
     else:
         sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16))
@@ -107,21 +109,22 @@ class IterationModel:
         self.collectives = Collectives(rs.all_reduce, tp, rs.interconnect.link)
         srv = rs.scenario.server
         version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
+        release = srv.release
         early = releases.is_early(version)
         tstack = target_stack(rs.model, tp, version=version)
+        target_triton = releases.target_moe_runs_triton(release, rs.gpu.display_name, rs.model.architecture,
+                                                        rs.model.weights.routed_experts)
+        tgrid = moe_grid(rs.scenario.hardware.gpu, rs.model, tstack, release) if target_triton else None
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
-                                   moe_small_tiles(rs.gpu, rs.model, tstack, version),
-                                   moe_grid(rs.scenario.hardware.gpu, rs.model, tstack, version)
-                                   if releases.target_moe_runs_triton(version, rs.gpu.display_name,
-                                                                      rs.model.architecture,
-                                                                      rs.model.weights.routed_experts) else None)
+                                   moe_small_tiles(rs.gpu, tstack, tgrid, version), tgrid)
         dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
-        # an EAGLE head has no experts (moe_small_tiles reads none from its stack): the target stands in
+        # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model)
         layers = layers if layers is not None else rs.model
+        dgrid = (moe_grid(rs.scenario.hardware.gpu, layers, dstack, release)
+                 if dstack and releases.draft_moe_runs_triton(release, target_triton) else None)
         self.draft = (ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies(),
-                                   moe_small_tiles(rs.gpu, layers, dstack, version),
-                                   moe_grid(rs.scenario.hardware.gpu, layers, dstack, version))
+                                   moe_small_tiles(rs.gpu, dstack, dgrid, version), dgrid)
                       if dstack else None)
         if not srv.cuda_graph:
             self._graph_sizes: list[int] = []
@@ -129,8 +132,11 @@ class IterationModel:
             self._graph_sizes = early_captured_batch_sizes(version, rs.speculative, rs.cuda_graph_max_bs,
                                                            rs.max_running_requests + 1, rs.gpu.memory_mib)
         else:
-            self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative)
-        self._eager_draft_extend = early
+            self._graph_sizes = captured_batch_sizes(rs.cuda_graph_max_bs, rs.speculative, release)
+        # 0.4.x runs the draft's extend after a verify eagerly (eagle_worker.forward_draft_extend_after_decode calls
+        # the draft ModelRunner, which captured no graph); so do v2 workers before 0.5.5.post3 (EAGLEWorkerV2
+        # calls the draft model's forward)
+        self._eager_draft_extend = early or (rs.spec_v2 and releases.v2_draft_extend_eager(release))
         self._launch_ms = self.eff.forward_overhead_ms
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
@@ -189,8 +195,6 @@ class IterationModel:
         rows = []
         measured_draft = self.rs.profile.draft_forward_ms if self.rs.profile is not None else None
         for fm, is_draft, repeats, q, logits, extend in forwards:
-            # 0.4.x runs the draft's extend after a verify eagerly (eagle_worker.forward_draft_extend_after_decode
-            # calls the draft ModelRunner, which captured no graph)
             in_graph = graph and not (extend and self._eager_draft_extend)
             fbs = pbs if in_graph else bs
             shape = ForwardShape(num_seqs=fbs, tokens=fbs * q, real_seqs=bs, real_tokens=bs * q,

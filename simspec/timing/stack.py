@@ -93,17 +93,19 @@ def release_kernels(version: tuple[int, int]) -> KernelRelease | None:
     return kernel_counts().releases.get(f"0.{version[0]}.{version[1]}")
 
 
-def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int]) -> tuple[int, int, int]:
+def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int],
+                 architecture: str | None = None) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of `parts`, each (model part in kernels.yaml
     per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
     counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
-    FP8 weights (fp8_quant_per_linear)."""
+    FP8 weights (fp8_quant_per_linear). `architecture`: the model's, for a release's unchanged_for exceptions (a
+    draft head passes None)."""
     kc = kernel_counts()
     release = release_kernels(version)
     kernels = small = copies = 0
     for part, layers, fmt in parts:
         count = kc.per_layer[part]  # type: ignore[index]
-        if release is not None:
+        if release is not None and architecture not in release.unchanged_for.get(part, ()):  # type: ignore[call-overload]
             count = release.per_layer.get(part, count)  # type: ignore[call-overload]
             copies += release.small_from_two_rows.get(part, 0) * layers  # type: ignore[call-overload]
         quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
@@ -134,7 +136,7 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
         parts.append(("qk_norm", num_layers, None))
     if model.num_shared_experts:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
-    kernels, small, copies = _count_parts(parts, version)
+    kernels, small, copies = _count_parts(parts, version, model.architecture)
     return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
 
 
