@@ -72,11 +72,11 @@ PAGES = {
         fitted=("cookbook-deepseek-r1-8xb200-random-1000-1000-c1", "cookbook-deepseek-r1-8xb200-random-1000-8000-c1",
                 "cookbook-deepseek-r1-8xb200-random-8000-1000-c1"),
         ttft_ms=(153.00, 125.76, 165.91), label="DeepSeek-R1", model="DeepSeek-R1-0528",
-        sglang_version="0.5.6.post1 (the cases model 0.5.8)"),
+        sglang_version="0.5.6.post1 (as the cases model it)"),
     "qwen3-235b": Page(
         key="qwen3-235b", profile_name="cookbook-8xb200-qwen3-235b-host",
         fitted=("cookbook-qwen3-235b-a22b-8xb200-random-1000-1000-c1",), ttft_ms=(99.03,), label="Qwen3",
-        model="Qwen3-235B-A22B-Instruct-2507", sglang_version="0.5.6 (the cases model 0.5.8)"),
+        model="Qwen3-235B-A22B-Instruct-2507", sglang_version="0.5.6 (as the cases model it)"),
 }
 
 

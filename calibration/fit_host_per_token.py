@@ -93,7 +93,7 @@ BOXES = {
         description=("Host time per output token of the box behind Tencent/AngelSlim issue #163 ('H100*4', TP 4,"
                      " SpecForge bench_eagle3, December 2025). Only host_per_output_token_us is fitted; every"
                      " other coefficient keeps its default. What spends it on that box is not known."),
-        sglang_version="0.5.5 (SpecForge's pin at the time; the cases model 0.5.8)"),
+        sglang_version="0.5.5 (SpecForge's pin at the time, as the cases model it)"),
     "specforge339": ReportedBox(
         key="specforge339", case_prefix="specforge339-qwen3-30b-a3b-2xh100", profile_name="specforge339-2xh100-host",
         label="SpecForge #339's TP-2 box",
@@ -101,7 +101,7 @@ BOXES = {
                      " SpecForge bench_eagle3, December 2025; the reporter of AngelSlim #163, on another box). Only"
                      " host_per_output_token_us is fitted; every other coefficient keeps its default. What spends it"
                      " on that box is not known."),
-        sglang_version="0.5.5 (SpecForge's pin at the time; the cases model 0.5.8)"),
+        sglang_version="0.5.5 (SpecForge's pin at the time, as the cases model it)"),
     "diss-a100": ReportedBox(
         key="diss-a100", case_prefix="diss-llama31-8b-1xa100", profile_name="diss-1xa100-host",
         label="oszkarurban/diss's A100", fitted_kind="nospec",

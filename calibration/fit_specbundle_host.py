@@ -10,7 +10,7 @@ box's (GPUStack's H100, SGLang 0.5.3: defaults.yaml). Llama-3.1-8B at batch 1 is
 on this box (a ~5 ms step): its five EAGLE-3 settings, three chains and two trees, pin the two per-iteration
 host terms the speedup depends on:
   - scheduler_cpu_ms: the scheduler's work per iteration, exposed without overlap (1.0 ms assumed by default);
-  - spec_tree_cpu_ms: the tree work of topk > 1 (1.5 ms fitted on GPUStack's box by default).
+  - spec_tree_cpu_ms: the tree work of topk > 1 (1.02 ms fitted on GPUStack's box by default).
 spec_cpu_ms (0.5 ms) and the per-request-and-verified-token term keep their defaults: at batch 1 the first is
 not separable from scheduler_cpu_ms, and the second is 40-80 us here. The fit minimises the squared log error
 of the five cases' measured speedups (EAGLE-3 throughput over the same table's no-speculation run, each at its
