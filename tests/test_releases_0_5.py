@@ -259,3 +259,15 @@ def test_a_speculative_server_graphs_a_batch_of_64_only_from_0_5_4_post2(small):
     old = IterationModel(_resolve(_eagle3(small, "0.5.4.post1")))
     new = IterationModel(_resolve(_eagle3(small, "0.5.4.post2")))
     assert 64 not in old._graph_sizes and 72 in old._graph_sizes and 64 in new._graph_sizes
+
+
+def test_qwen3_moe_stores_k_and_v_in_its_rotary_kernel_from_0_5_3():
+    """models/qwen3_moe.py passes fused_set_kv_buffer_arg to rotary_emb for a BF16 KV cache (0.5.3 on; not in
+    0.4.6.post1): one kernel and one small kernel fewer a layer than the same attention in Qwen3, in every release
+    since, and the split K / V store of 0.5.3-0.5.7 does not apply to it."""
+    from simspec.timing.stack import _count_parts
+    for version, expected in (((4, 6), (6, 3)), ((5, 3), (4, 1)), ((5, 7), (4, 1)), ((5, 10), (4, 1))):
+        kernels, small, _ = _count_parts([("gqa_attention", 1, None)], version, "Qwen3MoeForCausalLM")
+        assert (kernels, small) == expected
+    assert _count_parts([("gqa_attention", 1, None)], (5, 10), "Qwen3ForCausalLM")[:2] == (5, 2)
+    assert _count_parts([("gqa_attention", 1, None)], (5, 5), "Qwen3ForCausalLM")[:2] == (6, 3)

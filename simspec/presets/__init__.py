@@ -311,8 +311,16 @@ class KernelRelease(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     per_layer: dict[PartName, KernelCount] = {}  # replaces per_layer's count for that part
     small_from_two_rows: dict[PartName, int] = {}  # small copies a part adds once a forward has 2+ query rows
-    unchanged_for: dict[PartName, list[str]] = {}  # architectures whose part keeps the per_layer count
     source: str
+
+
+class FusedKvStore(BaseModel):
+    """Architectures whose rotary kernel also stores K and V, from release `since` (kernels.yaml fused_kv_store)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    architectures: list[str]
+    since: str
+    gqa_attention: KernelCount
 
 
 class KernelCounts(BaseModel):
@@ -325,6 +333,7 @@ class KernelCounts(BaseModel):
     per_forward: KernelCount
     heads: dict[Literal["eagle", "eagle3", "mtp"], KernelCount]
     qk_norm_architectures: list[str]
+    fused_kv_store: FusedKvStore
     releases: dict[str, KernelRelease] = {}  # "0.4.6": counts of that release
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simspec.presets import DrafterPreset, GqaAttention, KernelRelease, MlaAttention, ModelPreset, kernel_counts
+from simspec.scenario.releases import minor_patch
 
 # bytes per parameter and the tensor-core type the weights are multiplied in
 WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
@@ -98,14 +99,18 @@ def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, i
     """(kernels, small kernels, small copies from two query rows) of `parts`, each (model part in kernels.yaml
     per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
     counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
-    FP8 weights (fp8_quant_per_linear). `architecture`: the model's, for a release's unchanged_for exceptions (a
-    draft head passes None)."""
+    FP8 weights (fp8_quant_per_linear). `architecture`: the model's, whose rotary kernel may store K and V itself
+    (kernels.yaml fused_kv_store; a draft head passes None)."""
     kc = kernel_counts()
     release = release_kernels(version)
+    fused = kc.fused_kv_store
+    fused_store = architecture in fused.architectures and version >= minor_patch(fused.since)
     kernels = small = copies = 0
     for part, layers, fmt in parts:
         count = kc.per_layer[part]  # type: ignore[index]
-        if release is not None and architecture not in release.unchanged_for.get(part, ()):  # type: ignore[call-overload]
+        if fused_store and part == "gqa_attention":
+            count = fused.gqa_attention
+        elif release is not None:
             count = release.per_layer.get(part, count)  # type: ignore[call-overload]
             copies += release.small_from_two_rows.get(part, 0) * layers  # type: ignore[call-overload]
         quant = kc.fp8_quant_per_linear.get(part, 0) if fmt is not None and _fp8(fmt) else 0  # type: ignore[call-overload]
