@@ -271,3 +271,34 @@ def test_qwen3_moe_stores_k_and_v_in_its_rotary_kernel_from_0_5_3():
         assert (kernels, small) == expected
     assert _count_parts([("gqa_attention", 1, None)], (5, 10), "Qwen3ForCausalLM")[:2] == (5, 2)
     assert _count_parts([("gqa_attention", 1, None)], (5, 5), "Qwen3ForCausalLM")[:2] == (6, 3)
+
+
+def test_mla_attention_skips_the_rope_concats_on_hopper_and_sm100_backends(small):
+    """fa3 (Hopper) and flashinfer / trtllm_mla (SM100), SGLang's default MLA backends there from 0.5.3, take
+    q_rope and k_rope apart (FORWARD_ABSORB_CORE_ATTENTION_BACKENDS): two small copies fewer a layer than the
+    triton backend that the A100, the Ada parts and SM120 default to. 0.4.x keeps its count."""
+    kimi = presets.models()["kimi-k2"]
+    gpus = presets.gpus()
+    assert releases.mla_takes_rope_apart((5, 3), gpus["h200-sxm"].display_name)
+    assert releases.mla_takes_rope_apart((5, 8), gpus["b200"].display_name)
+    assert releases.mla_takes_rope_apart((5, 8), gpus["h20"].display_name)
+    assert not releases.mla_takes_rope_apart((5, 8), gpus["rtx-pro-6000-server"].display_name)
+    assert not releases.mla_takes_rope_apart((5, 8), gpus["a100-80gb-sxm"].display_name)
+    assert not releases.mla_takes_rope_apart((4, 6), gpus["h20"].display_name)
+    apart = target_stack(kimi, 8, mla_rope_apart=True)
+    concat = target_stack(kimi, 8)
+    assert concat.kernels_per_forward - apart.kernels_per_forward == 2 * kimi.num_layers
+    assert concat.small_kernels_per_forward - apart.small_kernels_per_forward == 2 * kimi.num_layers
+    # end to end: an MTP head on an H200 is counted the same way as its target
+    small["hardware"] = {"gpu": "h200-sxm", "num_gpus": 8, "interconnect": "nvlink4-nccl"}
+    small["model"] = "deepseek-v3"
+    small["server"] = {"tp": 8, "sglang_version": "0.5.8"}
+    small["speculative"] = {"algorithm": "mtp", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    small["acceptance"] = {"accept_length": 2.0}
+    model = IterationModel(_resolve(small))
+    deepseek = presets.models()["deepseek-v3"]
+    assert model.target.stack.kernels_per_forward == target_stack(deepseek, 8, version=(5, 8),
+                                                                 mla_rope_apart=True).kernels_per_forward
+    assert model.draft is not None
+    assert (target_stack(deepseek, 8, version=(5, 8)).kernels_per_forward - model.target.stack.kernels_per_forward
+            == 2 * deepseek.num_layers)

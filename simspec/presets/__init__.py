@@ -333,6 +333,7 @@ class KernelCounts(BaseModel):
     per_forward: KernelCount
     heads: dict[Literal["eagle", "eagle3", "mtp"], KernelCount]
     qk_norm_architectures: list[str]
+    mla_rope_apart: KernelCount
     fused_kv_store: FusedKvStore
     releases: dict[str, KernelRelease] = {}  # "0.4.6": counts of that release
 

@@ -172,6 +172,20 @@ def fused_moe_tile_release(version: tuple[int, int]) -> str | None:
 
 # SM100 parts among simspec's GPU presets (is_sm100_supported: compute capability 10.x), by display name
 _SM100 = ("B200",)
+_HOPPER = ("H100", "H200", "H20")  # SM90 parts among simspec's GPU presets, by display name prefix
+
+# MLA attention backends that take the rotary parts of q and k apart (deepseek_v2.py, from 0.5.9
+# deepseek_common/utils.py: FORWARD_ABSORB_CORE_ATTENTION_BACKENDS, fa3, nsa, flashinfer, cutlass_mla, trtllm_mla)
+# leave out the absorbed decode's two torch.cat copies (q_nope with q_pe, k_nope with k_pe). The backend SGLang picks
+# for an MLA model when none is set (server_args: fa3 on Hopper, flashinfer on SM100, trtllm_mla there for
+# DeepSeek-V3; triton elsewhere: Ampere, Ada, SM120) is one of them on Hopper and SM100. Read in the 0.5.3, 0.5.8 and
+# 0.5.10 wheels; 0.4.x is counted as before (kernels.yaml per_layer).
+
+
+def mla_takes_rope_apart(version: tuple[int, int], gpu_display_name: str) -> bool:
+    """Whether this release's default MLA attention backend on this GPU takes q_rope and k_rope apart (above)."""
+    return version >= CURRENT_RANGE[0] and (gpu_display_name.startswith(_HOPPER) or gpu_display_name in _SM100)
+
 _FP8_EXPERTS = ("fp8", "fp8-block128")
 # When an SM100 target's default MoE runner became flashinfer_trtllm (server_args
 # _handle_model_specific_adjustments, read from each wheel):

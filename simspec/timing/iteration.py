@@ -111,13 +111,14 @@ class IterationModel:
         version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
         release = srv.release
         early = releases.is_early(version)
-        tstack = target_stack(rs.model, tp, version=version)
+        mla_rope_apart = releases.mla_takes_rope_apart(version, rs.gpu.display_name)
+        tstack = target_stack(rs.model, tp, version=version, mla_rope_apart=mla_rope_apart)
         target_triton = releases.target_moe_runs_triton(release, rs.gpu.display_name, rs.model.architecture,
                                                         rs.model.weights.routed_experts)
         tgrid = moe_grid(rs.scenario.hardware.gpu, rs.model, tstack, release) if target_triton else None
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
                                    moe_small_tiles(rs.gpu, tstack, tgrid, version), tgrid)
-        dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version)
+        dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version, mla_rope_apart)
         # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model)
         layers = layers if layers is not None else rs.model

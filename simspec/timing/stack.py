@@ -95,12 +95,13 @@ def release_kernels(version: tuple[int, int]) -> KernelRelease | None:
 
 
 def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, int],
-                 architecture: str | None = None) -> tuple[int, int, int]:
+                 architecture: str | None = None, mla_rope_apart: bool = False) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of `parts`, each (model part in kernels.yaml
     per_layer, layers, weight format or None), in SGLang release `version` (kernels.yaml `releases` replaces the
     counts of the parts a release launches differently): one activation-quantisation kernel more per linear of
     FP8 weights (fp8_quant_per_linear). `architecture`: the model's, whose rotary kernel may store K and V itself
-    (kernels.yaml fused_kv_store; a draft head passes None)."""
+    (kernels.yaml fused_kv_store; a draft head passes None). `mla_rope_apart`: the MLA attention backend takes
+    q_rope and k_rope apart (releases.mla_takes_rope_apart; kernels.yaml mla_rope_apart)."""
     kc = kernel_counts()
     release = release_kernels(version)
     fused = kc.fused_kv_store
@@ -110,6 +111,8 @@ def _count_parts(parts: list[tuple[str, int, str | None]], version: tuple[int, i
         count = kc.per_layer[part]  # type: ignore[index]
         if fused_store and part == "gqa_attention":
             count = fused.gqa_attention
+        elif mla_rope_apart and part == "mla_attention":
+            count = kc.mla_rope_apart
         elif release is not None:
             count = release.per_layer.get(part, count)  # type: ignore[call-overload]
             copies += release.small_from_two_rows.get(part, 0) * layers  # type: ignore[call-overload]
@@ -127,7 +130,7 @@ def part_kernels(part: str, fmt: str | None, version: tuple[int, int] = DEFAULT_
 
 
 def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
-                  version: tuple[int, int]) -> tuple[int, int, int]:
+                  version: tuple[int, int], mla_rope_apart: bool = False) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of one decode forward of `model`'s stack, from
     presets/kernels.yaml."""
     kc = kernel_counts()
@@ -141,7 +144,7 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
         parts.append(("qk_norm", num_layers, None))
     if model.num_shared_experts:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
-    kernels, small, copies = _count_parts(parts, version, model.architecture)
+    kernels, small, copies = _count_parts(parts, version, model.architecture, mla_rope_apart)
     return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
 
 
@@ -151,8 +154,9 @@ def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
 
 
 def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
-                 version: tuple[int, int] = DEFAULT_RELEASE) -> Stack:
-    """`model` on one GPU of a tp group; `version` is the SGLang release whose kernels it launches."""
+                 version: tuple[int, int] = DEFAULT_RELEASE, mla_rope_apart: bool = False) -> Stack:
+    """`model` on one GPU of a tp group; `version` is the SGLang release whose kernels it launches, `mla_rope_apart`
+    whether its MLA attention backend takes the rotary parts apart (releases.mla_takes_rope_apart)."""
     h = model.hidden_size
     w = model.weights
     rep, shard, kv, aflops = _attention(model.attention, h, tp)
@@ -185,7 +189,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
              + (model.num_routed_experts + model.num_shared_experts) * 3 * h * model.moe_intermediate_size
              * moe_layers
              + model.vocab_size * h * (1 if model.tie_word_embeddings else 2))
-    kernels, small, copies = _kernel_count(model, L, model.num_dense_layers, version)
+    kernels, small, copies = _kernel_count(model, L, model.num_dense_layers, version, mla_rope_apart)
     return Stack(
         name=name or model.display_name, tp=tp, num_layers=L, hidden_size=h, logits_vocab=model.vocab_size,
         groups=tuple(groups), num_moe_layers=moe_layers, num_experts=model.num_routed_experts,
@@ -240,12 +244,14 @@ def eagle_stack(d: DrafterPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
     )
 
 
-def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack:
+def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RELEASE,
+              mla_rope_apart: bool = False) -> Stack:
     """A NextN/MTP head: one decoder layer of the target's own kind (MoE if the target is), eh_proj (2h -> h,
     replicated) and the target's full-vocabulary LM head, shared with the target (DeepSeek-V3 style)."""
     one = model.model_copy(update={"num_layers": 1, "num_dense_layers": 0 if model.num_moe_layers else 1,
                                    "tie_word_embeddings": True})
-    base = target_stack(one, tp, name=f"MTP head of {model.display_name}", version=version)
+    base = target_stack(one, tp, name=f"MTP head of {model.display_name}", version=version,
+                        mla_rope_apart=mla_rope_apart)
     b, c = _fmt(model.weights.attention)
     eh = 2 * model.hidden_size * model.hidden_size
     groups = base.groups + (WeightGroup("eh_proj", eh * b, 2 * eh, c),)
@@ -279,10 +285,13 @@ def draft_layers_model(algorithm: str, model: ModelPreset, draft_model: ModelPre
 
 
 def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None,
-                draft_model: ModelPreset | None, tp: int, version: tuple[int, int] = DEFAULT_RELEASE) -> Stack | None:
+                draft_model: ModelPreset | None, tp: int, version: tuple[int, int] = DEFAULT_RELEASE,
+                mla_rope_apart: bool = False) -> Stack | None:
     if algorithm in ("eagle", "eagle3") and drafter is not None:
         return eagle_stack(drafter, tp, version)
     layers = draft_layers_model(algorithm, model, draft_model)
     if layers is None:
         return None
-    return mtp_stack(layers, tp, version) if algorithm == "mtp" else target_stack(layers, tp, version=version)
+    if algorithm == "mtp":
+        return mtp_stack(layers, tp, version, mla_rope_apart)
+    return target_stack(layers, tp, version=version, mla_rope_apart=mla_rope_apart)
