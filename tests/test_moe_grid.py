@@ -213,3 +213,16 @@ def test_recording_a_suite_whose_only_kernel_table_is_fitted_is_refused_saying_w
     res = CliRunner().invoke(main, ["validate", str(_suite(tmp_path, fitted=True)), "--record"])
     assert res.exit_code == 2 and "fitted tables" in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / "recorded.yaml").exists()
+
+
+def test_small_tile_range_ends_where_nearest_key_lookup_first_reaches_a_wider_tile():
+    """Keys 1, 8 and 64: calls up to 36 tokens are nearer 8 (36 - 8 = 28 = 64 - 36, the first key on a tie), 37 is
+    nearer 64; a config whose every key is 16-row serves every call in 16-row tiles; a first key of 64 rows, none."""
+    from simspec.timing.forward import ALL_CALLS, MoeGrid
+
+    grid = MoeGrid(False, 128, "fp8-block128", ((1, 16, 64), (8, 16, 64), (64, 64, 128)))
+    assert grid.small_tile_tokens() == 36
+    assert grid.tile(36)[0] == 16 and grid.tile(37)[0] == 64
+    assert MoeGrid(False, 128, "fp8-block128", ((1, 16, 64), (8, 16, 128))).small_tile_tokens() == ALL_CALLS
+    assert MoeGrid(False, 128, "fp8-block128", ((1, 64, 64), (8, 16, 128))).small_tile_tokens() == 0
+    assert MoeGrid(False, 128, "fp8-block128").small_tile_tokens() == 0

@@ -146,11 +146,11 @@ class MoeGrid:
         key is 16-row serves every larger call the same: ALL_CALLS."""
         if not self.tiles:
             return 0
-        last = 0
-        for tokens in range(1, max(t[0] for t in self.tiles) + 1):
-            if self.tile(tokens)[0] != SMALL_TILE_ROWS:
-                return last
-            last = tokens
+        # nearest-key lookup is constant between the midpoints of consecutive keys: test where each key's range starts
+        keys = sorted({t[0] for t in self.tiles})
+        for start in [1] + [(a + b) // 2 + 1 for a, b in zip(keys, keys[1:], strict=False)]:
+            if self.tile(start)[0] != SMALL_TILE_ROWS:
+                return start - 1
         return ALL_CALLS
 
     def empty_programs(self, tokens: int, pairs: int, touched: float, width: int, hidden: int) -> float:
