@@ -24,6 +24,17 @@ SMALL = {
 }
 
 
+def auto_tree(version: str, model: str = "qwen3-8b", drafter: str = "eagle3-qwen3-8b") -> tuple[int, int, int]:
+    """The (num_steps, topk, num_draft_tokens) SGLang `version` picks for an EAGLE-3 server of `model` given none."""
+    from simspec.scenario.loader import parse_scenario, resolve
+
+    scenario = copy.deepcopy(SMALL)
+    scenario |= {"model": model, "server": {"tp": 1, "sglang_version": version},
+                 "speculative": {"algorithm": "eagle3", "drafter": drafter}, "acceptance": {"accept_length": 2.0}}
+    rs = resolve(parse_scenario(scenario, "t.yaml"), "t.yaml")
+    return rs.num_steps, rs.topk, rs.num_draft_tokens
+
+
 @pytest.fixture
 def small() -> dict:
     """A small, valid scenario mapping (Llama-3.1-8B on one H100) to mutate per test."""

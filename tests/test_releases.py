@@ -13,6 +13,7 @@ from simspec.scenario.memory import early_mem_fraction_static
 from simspec.timing.forward import ForwardShape
 from simspec.timing.iteration import IterationModel, early_captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
+from tests.conftest import auto_tree
 
 
 def _resolve(d: dict):
@@ -170,17 +171,10 @@ def test_early_draft_extend_runs_eagerly(small):
 def test_early_releases_pick_5_4_8_and_serve_only_their_models(small):
     """With no tree set, 0.4.4 (its argument defaults) and 0.4.6 (auto_choose_speculative_params) pick (5, 4, 8)
     for any model, where 0.5.x picks (3, 1, 4) outside Llama and Grok; 0.4.4 has no Qwen3 model code."""
+    assert auto_tree("0.4.6") == (5, 4, 8)
+    assert auto_tree("0.5.10") == (3, 1, 4)
     small["model"] = "qwen3-8b"
-    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-qwen3-8b"}
-    small["acceptance"] = {"accept_length": 1.5}
-    small["server"] = {"tp": 1, "sglang_version": "0.4.6"}
-    rs = _resolve(small)
-    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (5, 4, 8)
-    small["server"]["sglang_version"] = "0.5.10"
-    rs = _resolve(small)
-    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (3, 1, 4)
-    small.pop("speculative"), small.pop("acceptance")
-    small["server"]["sglang_version"] = "0.4.4"
+    small["server"] = {"tp": 1, "sglang_version": "0.4.4"}
     with pytest.raises(InputError) as err:
         _resolve(small)
     assert err.value.key == "model" and "Qwen3ForCausalLM" in str(err.value)

@@ -13,6 +13,7 @@ from simspec.scenario.memory import tier_defaults
 from simspec.timing.forward import moe_grid
 from simspec.timing.iteration import IterationModel, captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
+from tests.conftest import auto_tree
 
 
 def _resolve(d: dict):
@@ -33,17 +34,10 @@ def test_release_key_tells_post_releases_apart():
     assert releases.minor_patch("0.5.6.post2") == (5, 6)
 
 
-def test_before_0_5_8_every_architecture_but_deepseek_type_gets_the_wide_auto_tree(small):
+def test_before_0_5_8_every_architecture_but_deepseek_type_gets_the_wide_auto_tree():
     """auto_choose_speculative_params falls back to (5, 4, 8) through 0.5.7, to (3, 1, 4) from 0.5.8."""
-    small["model"] = "qwen3-8b"
-    small["speculative"] = {"algorithm": "eagle3", "drafter": "eagle3-qwen3-8b"}
-    small["acceptance"] = {"accept_length": 2.0}
-    small["server"] = {"tp": 1, "sglang_version": "0.5.7"}
-    rs = _resolve(small)
-    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (5, 4, 8)
-    small["server"]["sglang_version"] = "0.5.8"
-    rs = _resolve(small)
-    assert (rs.num_steps, rs.topk, rs.num_draft_tokens) == (3, 1, 4)
+    assert auto_tree("0.5.7") == (5, 4, 8)
+    assert auto_tree("0.5.8") == (3, 1, 4)
     assert not releases.auto_tree_is_wide((5, 3), "DeepseekV3ForCausalLM")
     assert releases.auto_tree_is_wide((5, 3), "LlamaForCausalLM") and releases.auto_tree_is_wide((5, 10),
                                                                                                "LlamaForCausalLM")
