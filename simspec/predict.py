@@ -50,12 +50,11 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
         out["draft_forward_ms"] = f"{d.value:g} (profile {rs.profile.name}: {d.source})"
     out["gpu"] = rs.gpu.source
     out["model"] = rs.model.source
-    from simspec.scenario import releases
-    from simspec.timing.stack import release_kernels, target_stack
+    from simspec.timing.iteration import IterationModel
+    from simspec.timing.stack import release_kernels
 
     srv = rs.scenario.server
-    stack = target_stack(rs.model, srv.tp, version=srv.version_minor_patch,
-                         mla_rope_apart=releases.mla_takes_rope_apart(srv.version_minor_patch, rs.gpu.display_name))
+    stack = IterationModel(rs).target.stack  # the stack the prediction charges, release and backend included
     release = release_kernels(srv.version_minor_patch)
     read = f"SGLang 0.5.10's model code{', with ' + release.source if release else ''}"
     copies = (f", {stack.small_kernels_from_two_rows:g} small copies more from two query rows"

@@ -195,8 +195,7 @@ def test_every_tile_file_names_a_gpu_preset_and_a_weight_format(monkeypatch):
     presets.fused_moe_tiles.cache_clear()
     tiles = presets.fused_moe_tiles()
     assert set(tiles) == {"0.4.6", "0.5.8"}
-    assert ("h200-sxm", 128, 768, "bf16") in tiles["0.4.6"] and tiles["0.4.6"][("h200-sxm", 128, 768, "bf16")][0] == (
-        1, 16, 64)
+    assert tiles["0.4.6"][("h200-sxm", 128, 768, "bf16")].tiles[0] == (1, 16, 64)
 
 
 @pytest.mark.parametrize(("change", "needle"), [

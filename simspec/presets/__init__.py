@@ -282,17 +282,10 @@ def _fused_moe_tile_files() -> dict[str, list[FusedMoeTileFile]]:
 
 
 @cache
-def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], tuple[tuple[int, int, int], ...]]]:
-    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the file's tiles, by tokens."""
-    return {release: {(f.gpu, f.experts, f.n, f.weights): tuple(f.tiles) for f in files}
-            for release, files in _fused_moe_tile_files().items()}
-
-
-@cache
-def fused_moe_tiles_since() -> dict[str, dict[tuple[str, int, int, str], str]]:
-    """Per release read: (GPU preset, E, N, expert weights) -> the first release that ships the file with its tiles,
-    where calibration/read_fused_moe_tiles.py dated it (0.5.8's files, against the 0.5.3-0.5.7 wheels)."""
-    return {release: {(f.gpu, f.experts, f.n, f.weights): f.since for f in files if f.since}
+def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], FusedMoeTileFile]]:
+    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the tuned config file, with its
+    tiles by tokens and, for 0.5.8's files, the first release that ships it (`since`)."""
+    return {release: {(f.gpu, f.experts, f.n, f.weights): f for f in files}
             for release, files in _fused_moe_tile_files().items()}
 
 

@@ -182,9 +182,9 @@ def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int
     experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
     read = releases.fused_moe_tile_release(version)
     key = (gpu_name, experts, model.moe_intermediate_size // stack.tp, weights)
-    tiles = presets.fused_moe_tiles().get(read, {}).get(key, ()) if read else ()
-    since = presets.fused_moe_tiles_since().get(read, {}).get(key) if read else None
-    if since is not None and release < releases.release_key(since):
+    file = presets.fused_moe_tiles().get(read, {}).get(key) if read else None
+    tiles = tuple(file.tiles) if file else ()
+    if file and file.since is not None and release < releases.release_key(file.since):
         tiles = ()  # this release predates the file: the default tile
     return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles,
                    releases.moe_align_pads_experts_plus_one(version))
