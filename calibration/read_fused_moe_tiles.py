@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from simspec import presets
-from simspec.scenario.releases import release_key
+from simspec.scenario.releases import fuses_shared_expert, release_key
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "simspec" / "presets" / "fused_moe_tiles.yaml"
@@ -62,15 +62,17 @@ WRITTEN = ("0.4.6", "0.5.8")  # releases with a section of their own; the others
 
 
 def wanted_shapes() -> set[tuple[int, int]]:
-    """(E, N) of simspec's MoE presets at TP 1 to 16, E as the kernel sees it (0.4.6 adds TP copies of
-    DeepSeek-V3's shared expert: releases.fused_moe_experts)."""
+    """(E, N) of simspec's MoE presets at TP 1 to 16, E as the kernel sees it: DeepSeek-V3's shared expert may run
+    among the routed ones (releases.fused_shared_expert_copies: TP copies in 0.4.6, one from 0.5.3)."""
     out = set()
     for m in presets.models().values():
         if not m.num_routed_experts:
             continue
+        fused = fuses_shared_expert(m.architecture, m.num_routed_experts, m.num_shared_experts)
         for tp in (1, 2, 4, 8, 16):
             if m.moe_intermediate_size % tp == 0:
-                for e in {m.num_routed_experts, m.num_routed_experts + tp}:
+                extra = {m.num_routed_experts + tp, m.num_routed_experts + 1} if fused else set()
+                for e in {m.num_routed_experts} | extra:
                     out.add((e, m.moe_intermediate_size // tp))
     return out
 

@@ -195,21 +195,20 @@ def test_h20_fp8_small_tile_configs_by_shape():
     """The H20's block-FP8 config files, read under nearest-key lookup: E 128 (Qwen3-30B-A3B at TP 1 and TP 2) up to
     192 tokens, DeepSeek-V3's fused 256 + 8 experts at TP 8 up to 384 (0.4.6.post1); no file for Qwen3-235B at TP 8
     (N 192) and no 0.4.4 file; the 0.5.3-0.5.7 wheels ship 0.5.8's files, which carry the same ranges."""
-    from simspec.scenario.releases import fused_moe_experts
+    from simspec.scenario.releases import fused_shared_expert_copies
     from simspec.timing.forward import moe_grid
 
     models = presets.models()
     qwen, big, deepseek = models["qwen3-30b-a3b-fp8"], models["qwen3-235b-a22b-fp8"], models["deepseek-v3"]
 
     def small_tile_tokens(model, tp, release):
-        grid = moe_grid("h20", model, target_stack(model, tp), release)
+        copies = fused_shared_expert_copies(release[:2], "H20 (96 GB)", model.architecture, model.num_routed_experts,
+                                            model.num_shared_experts, tp, True)
+        grid = moe_grid("h20", model, target_stack(model, tp, shared_expert_copies=copies), release)
         return grid.small_tile_tokens() if grid else 0
 
     assert small_tile_tokens(qwen, 1, (4, 6)) == 192 and small_tile_tokens(qwen, 2, (4, 6)) == 192
-    assert fused_moe_experts((4, 6), "DeepseekV3ForCausalLM", 256, 8) == 264
     assert small_tile_tokens(deepseek, 8, (4, 6)) == 384
     assert small_tile_tokens(big, 8, (4, 6)) == 0
     assert small_tile_tokens(qwen, 1, (4, 4)) == 0
     assert small_tile_tokens(qwen, 1, (5, 5, 0)) == 192 and small_tile_tokens(qwen, 1, (5, 8)) == 192
-    assert fused_moe_experts((5, 8), "DeepseekV3ForCausalLM", 256, 8) == 256
-    assert fused_moe_experts((4, 6), "Qwen3MoeForCausalLM", 128, 4) == 128

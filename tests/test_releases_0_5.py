@@ -10,7 +10,7 @@ from simspec.errors import InputError
 from simspec.scenario import releases
 from simspec.scenario.loader import parse_scenario, resolve
 from simspec.scenario.memory import tier_defaults
-from simspec.timing.forward import moe_grid
+from simspec.timing.forward import ForwardModel, ForwardShape, moe_grid
 from simspec.timing.iteration import IterationModel, captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
 from tests.conftest import auto_tree
@@ -291,8 +291,65 @@ def test_mla_attention_skips_the_rope_concats_on_hopper_and_sm100_backends(small
     small["acceptance"] = {"accept_length": 2.0}
     model = IterationModel(_resolve(small))
     deepseek = presets.models()["deepseek-v3"]
-    assert model.target.stack.kernels_per_forward == target_stack(deepseek, 8, version=(5, 8),
-                                                                 mla_rope_apart=True).kernels_per_forward
+    fused = {"version": (5, 8), "shared_expert_copies": 1}  # its shared expert runs among the routed experts
+    assert model.target.stack.kernels_per_forward == target_stack(deepseek, 8, mla_rope_apart=True,
+                                                                 **fused).kernels_per_forward
     assert model.draft is not None
-    assert (target_stack(deepseek, 8, version=(5, 8)).kernels_per_forward - model.target.stack.kernels_per_forward
+    assert (target_stack(deepseek, 8, **fused).kernels_per_forward - model.target.stack.kernels_per_forward
             == 2 * deepseek.num_layers)
+
+
+def _deepseek_on(gpu: str, version: str, tp: int = 8, model: str = "deepseek-v3", **extra) -> IterationModel:
+    link = {"b200": "nvlink5-nccl", "a100-80gb-sxm": "nvlink3-nccl"}.get(gpu, "nvlink4-nccl")
+    return IterationModel(_resolve({
+        "name": "t", "hardware": {"gpu": gpu, "num_gpus": tp, "interconnect": link}, "model": model,
+        "server": {"tp": tp, "sglang_version": version},
+        "workload": {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 1,
+                     "input_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
+        **extra}))
+
+
+def test_deepseek_v3s_shared_expert_runs_among_its_routed_experts_where_the_triton_moe_runs():
+    """deepseek_v2.py fuses the shared expert into the routed experts' Triton kernel: one copy, expert 256 of 257,
+    from 0.5.3 on SM80+; TP copies picked at random per token in 0.4.6 on SM90+; never under B200's flashinfer_trtllm
+    MoE, in 0.4.4, or for Kimi-K2's 384 experts. Fused, the stack launches no MLP of its own for it (5 kernels a MoE
+    layer with FP8 weights, 3 of them small), its weights are read as one more expert, and the grid sees 257."""
+    fused, own = _deepseek_on("h200-sxm", "0.5.8"), _deepseek_on("h200-sxm", "0.4.4")
+    st, base = fused.target.stack, own.target.stack
+    assert (st.shared_expert_copies, base.shared_expert_copies) == (1, 0)
+    assert "shared_experts" not in {g.name for g in st.groups} and "shared_experts" in {g.name for g in base.groups}
+    unfused = target_stack(presets.models()["deepseek-v3"], 8, version=(5, 8), mla_rope_apart=True)
+    assert unfused.kernels_per_forward - st.kernels_per_forward == 5 * st.num_moe_layers
+    assert unfused.small_kernels_per_forward - st.small_kernels_per_forward == 3 * st.num_moe_layers
+    assert st.weight_bytes_per_gpu == pytest.approx(unfused.weight_bytes_per_gpu)
+    assert fused.target._grid.experts == 257
+    one = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
+    assert fused.target._touched_experts(one) == pytest.approx(9.0)
+    assert fused.target._pairs(one) == 9 and own.target._pairs(one) == 8
+    # a token's weight bytes barely move: the shared expert is read either way
+    _, _, roof_fused = fused.target._weights(one)
+    _, _, roof_own = ForwardModel(unfused, fused.rs.gpu, fused.collectives, fused.eff)._weights(one)
+    assert roof_fused == pytest.approx(roof_own, rel=0.01)
+
+    assert _deepseek_on("b200", "0.5.8").target.stack.shared_expert_copies == 0  # flashinfer_trtllm's MoE
+    a100 = presets.gpus()["a100-80gb-sxm"].display_name
+    assert releases.fused_shared_expert_copies((5, 8), a100, "DeepseekV3ForCausalLM", 256, 1, 16, True) == 1  # SM80
+    assert releases.fused_shared_expert_copies((4, 6), a100, "DeepseekV3ForCausalLM", 256, 1, 16, True) == 0
+    old = _deepseek_on("h200-sxm", "0.4.6.post1")
+    assert old.target.stack.shared_expert_copies == 8 and old.target._grid.experts == 264
+    # the seven clones more are stored on every GPU, beside the routed experts (the KV cache gets less)
+    st8 = old.target.stack
+    assert st8.weight_bytes_per_gpu - unfused.weight_bytes_per_gpu == pytest.approx(
+        7 * st8.num_moe_layers * st8.expert_bytes_per_gpu)
+    eight = ForwardShape(num_seqs=8, tokens=8, real_seqs=8, real_tokens=8, logit_tokens=8, graph=True)
+    routed = old.target._touched_experts(eight) - 8 * (1 - (7 / 8) ** 8)  # the clones 8 random picks touch
+    assert routed == pytest.approx(_deepseek_on("h200-sxm", "0.4.4").target._touched_experts(eight))
+    assert releases.fused_shared_expert_copies((5, 8), "H200 SXM", "DeepseekV3ForCausalLM", 384, 1, 8, True) == 0
+
+
+def test_an_mtp_layer_fuses_its_shared_expert_as_its_target_does():
+    mtp = {"speculative": {"algorithm": "mtp", "num_steps": 1, "topk": 1, "num_draft_tokens": 2},
+           "acceptance": {"accept_length": 1.5}}
+    im = _deepseek_on("h200-sxm", "0.5.8", **mtp)
+    assert im.draft is not None and im.draft.stack.shared_expert_copies == 1
+    assert im.draft._grid is not None and im.draft._grid.experts == 257

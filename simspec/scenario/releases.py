@@ -34,6 +34,10 @@ What differs, by release:
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simspec.presets import ModelPreset
 
 EARLY_RELEASES = ((4, 4), (4, 6))  # (minor, patch) of the 0.4 releases read
 CURRENT_RANGE = ((5, 3), (5, 23))  # every 0.5 release from 0.5.3 to 0.5.23, .postN ones included
@@ -106,12 +110,31 @@ def fp8_moe_swaps_ab(version: tuple[int, int], gpu_display_name: str) -> bool:
     return True
 
 
-def fused_moe_experts(version: tuple[int, int], architecture: str, routed_experts: int, tp: int) -> int:
-    """Experts the fused-MoE kernel sees: 0.4.6 fuses DeepSeek-V3/R1's shared expert into the routed ones on SM90
-    (one copy per TP rank, so 256 + tp); otherwise the routed experts."""
-    if version == (4, 6) and architecture == "DeepseekV3ForCausalLM" and routed_experts == 256:
-        return routed_experts + tp
-    return routed_experts
+# DeepSeek-V3/R1's shared expert runs inside the routed experts' Triton fused MoE rather than as its own MLP
+# (models/deepseek_v2.py, read from each wheel). 0.4.6 (determine_n_share_experts_fusion) clones it once per TP rank
+# on SM90 and newer and routes each token to one clone at random (layers/moe/topk.py: torch.randint over the
+# clones), so the kernel sees 256 + tp experts, 9 a token; from 0.5.3 (determine_num_fused_shared_experts) one copy,
+# expert 256 of 257, which every token routes to, on SM80 and newer. Only DeepseekV3ForCausalLM with 256 routed
+# experts and one shared one (Kimi-K2's 384 are not fused), without expert parallelism (simspec models none), and
+# never under flashinfer_trtllm's MoE (server_args sets disable_shared_experts_fusion for it). 0.4.4 has no fusion.
+# The MTP layer (DeepseekV3ForCausalLMNextN) makes the same choice.
+_SM90_OR_NEWER = ("H100", "H200", "H20", "B200", "RTX PRO 6000")  # by display name prefix; every preset is SM80+
+
+
+def fuses_shared_expert(architecture: str, routed_experts: int, shared_experts: int) -> bool:
+    """Whether SGLang can run this model's shared expert among its routed experts (above)."""
+    return architecture == "DeepseekV3ForCausalLM" and routed_experts == 256 and shared_experts == 1
+
+
+def fused_shared_expert_copies(version: tuple[int, int], gpu_display_name: str, architecture: str,
+                               routed_experts: int, shared_experts: int, tp: int, moe_runs_triton: bool) -> int:
+    """Copies of the shared expert among the routed experts of the fused MoE this release runs (above): 0 when the
+    shared expert is its own MLP, 1 from 0.5.3, tp in 0.4.6."""
+    if not moe_runs_triton or not fuses_shared_expert(architecture, routed_experts, shared_experts):
+        return 0
+    if version == (4, 6):
+        return tp if gpu_display_name.startswith(_SM90_OR_NEWER) else 0
+    return 1 if version >= CURRENT_RANGE[0] else 0
 
 
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
@@ -228,6 +251,18 @@ def target_moe_runs_triton(release: tuple[int, int, int], gpu_display_name: str,
 def draft_moe_runs_triton(release: tuple[int, int, int], target_runs_triton: bool) -> bool:
     """Whether a draft's routed experts (an MTP layer, a standalone draft model) run the Triton fused MoE."""
     return True if release >= DRAFT_MOE_OWN_RUNNER_FROM else target_runs_triton
+
+
+def shared_expert_copies(release: tuple[int, int, int], gpu_display_name: str, model: ModelPreset, tp: int,
+                         draft_of: ModelPreset | None = None) -> int:
+    """fused_shared_expert_copies for `model`'s layers under the MoE runner this release gives them: the target's,
+    or, for a draft's layers (an MTP layer, a standalone draft model; `draft_of` = its target), the draft's."""
+    target = draft_of if draft_of is not None else model
+    triton = target_moe_runs_triton(release, gpu_display_name, target.architecture, target.weights.routed_experts)
+    if draft_of is not None:
+        triton = draft_moe_runs_triton(release, triton)
+    return fused_shared_expert_copies(release[:2], gpu_display_name, model.architecture, model.num_routed_experts,
+                                      model.num_shared_experts, tp, triton)
 
 
 def tight_moe_align(version: tuple[int, int]) -> bool:

@@ -179,7 +179,7 @@ def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int
         return None
     release = (*release, 0)[:3]  # a (minor, patch) key stands for the release without .postN
     version = release[:2]
-    experts = releases.fused_moe_experts(version, model.architecture, model.num_routed_experts, stack.tp)
+    experts = model.num_routed_experts + stack.shared_expert_copies  # as the kernel sees them
     read = releases.fused_moe_tile_release(version)
     key = (gpu_name, experts, model.moe_intermediate_size // stack.tp, weights)
     file = presets.fused_moe_tiles().get(read, {}).get(key) if read else None
@@ -290,7 +290,7 @@ class ForwardModel:
         n = self._touched_experts(shape)
         width = self._expert_width
         weights = n * st.expert_bytes_per_gpu * layers
-        pairs = shape.tokens * k
+        pairs = self._pairs(shape)
         # each touched expert runs at least one block of rows, however few tokens it got
         flops = st.expert_flops_per_token * max(pairs, n * MOE_BLOCK_ROWS) / k
         a = ACTIVATION_BYTES * layers  # per element, all layers
@@ -302,11 +302,20 @@ class ForwardModel:
             ("moe_sum_reduce", pairs * a * h + shape.tokens * a * h, 0.0),
         ]
 
-    def _touched_experts(self, shape: ForwardShape) -> float:
-        """Distinct routed experts one MoE layer of this forward touches (distinct_experts)."""
+    def _pairs(self, shape: ForwardShape) -> int:
+        """(token, expert) pairs of one MoE layer: each token's routed experts, and the fused shared expert."""
         st = self.stack
-        return distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
-                                self.eff.routing_locality)
+        return shape.tokens * (st.experts_per_token + (1 if st.shared_expert_copies else 0))
+
+    def _touched_experts(self, shape: ForwardShape) -> float:
+        """Distinct experts one MoE layer of this forward touches: the routed ones (distinct_experts), and the
+        copies of a fused shared expert that its tokens route to (one each, chosen at random among the copies)."""
+        st = self.stack
+        routed = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
+                                  self.eff.routing_locality)
+        if not st.shared_expert_copies:
+            return routed
+        return routed + distinct_experts(st.shared_expert_copies, 1, shape.real_tokens, shape.real_tokens, 0.0)
 
     def _moe(self, shape: ForwardShape) -> tuple[float, float]:
         """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline, the GEMMs
@@ -325,7 +334,7 @@ class ForwardModel:
         if self._grid is None:
             return 0.0
         st = self.stack
-        return st.num_moe_layers * self._grid.empty_programs(shape.tokens, shape.tokens * st.experts_per_token,
+        return st.num_moe_layers * self._grid.empty_programs(shape.tokens, self._pairs(shape),
                                                              self._touched_experts(shape), round(self._expert_width),
                                                              st.hidden_size)
 

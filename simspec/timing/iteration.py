@@ -111,19 +111,24 @@ class IterationModel:
         version = srv.version_minor_patch  # the release's kernels, CUDA-graph sizes and eager draft extend
         release = srv.release
         early = releases.is_early(version)
-        mla_rope_apart = releases.mla_takes_rope_apart(version, rs.gpu.display_name)
-        tstack = target_stack(rs.model, tp, version=version, mla_rope_apart=mla_rope_apart)
-        target_triton = releases.target_moe_runs_triton(release, rs.gpu.display_name, rs.model.architecture,
-                                                        rs.model.weights.routed_experts)
-        tgrid = moe_grid(rs.scenario.hardware.gpu, rs.model, tstack, release) if target_triton else None
+        gpu = rs.gpu.display_name
+        mla_rope_apart = releases.mla_takes_rope_apart(version, gpu)
+        model = rs.model
+        target_triton = releases.target_moe_runs_triton(release, gpu, model.architecture,
+                                                        model.weights.routed_experts)
+        shared = releases.shared_expert_copies(release, gpu, model, tp)
+        tstack = target_stack(model, tp, version=version, mla_rope_apart=mla_rope_apart, shared_expert_copies=shared)
+        tgrid = moe_grid(rs.scenario.hardware.gpu, model, tstack, release) if target_triton else None
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
                                    moe_small_tiles(rs.gpu, tstack, tgrid, version), tgrid)
-        dstack = draft_stack(rs.algorithm, rs.model, rs.drafter, rs.draft_model, tp, version, mla_rope_apart)
         # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
-        layers = draft_layers_model(rs.algorithm, rs.model, rs.draft_model)
-        layers = layers if layers is not None else rs.model
+        layers = draft_layers_model(rs.algorithm, model, rs.draft_model)
+        draft_triton = releases.draft_moe_runs_triton(release, target_triton)
+        dshared = releases.shared_expert_copies(release, gpu, layers, tp, draft_of=model) if layers is not None else 0
+        dstack = draft_stack(rs.algorithm, model, rs.drafter, rs.draft_model, tp, version, mla_rope_apart, dshared)
+        layers = layers if layers is not None else model
         dgrid = (moe_grid(rs.scenario.hardware.gpu, layers, dstack, release)
-                 if dstack and releases.draft_moe_runs_triton(release, target_triton) else None)
+                 if dstack and draft_triton else None)
         self.draft = (ForwardModel(dstack, rs.gpu, self.collectives, self._draft_efficiencies(),
                                    moe_small_tiles(rs.gpu, dstack, dgrid, version), dgrid)
                       if dstack else None)

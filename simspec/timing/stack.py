@@ -55,6 +55,9 @@ class Stack:
     kernels_per_forward: float = 0.0  # kernels one decode forward launches (presets/kernels.yaml)
     small_kernels_per_forward: float = 0.0  # of which move almost no bytes (norms, rotary, quant, top-k...)
     small_kernels_from_two_rows: float = 0.0  # small copies added once a forward has 2+ query rows (0.4.x)
+    # copies of the shared expert among the fused MoE's experts (releases.fused_shared_expert_copies): each token
+    # routes to one of them besides its experts_per_token routed ones; 0 = the shared expert is its own MLP group
+    shared_expert_copies: int = 0
 
     @property
     def all_reduces_per_forward(self) -> int:
@@ -130,9 +133,11 @@ def part_kernels(part: str, fmt: str | None, version: tuple[int, int] = DEFAULT_
 
 
 def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
-                  version: tuple[int, int], mla_rope_apart: bool = False) -> tuple[int, int, int]:
+                  version: tuple[int, int], mla_rope_apart: bool = False,
+                  shared_fused: bool = False) -> tuple[int, int, int]:
     """(kernels, small kernels, small copies from two query rows) of one decode forward of `model`'s stack, from
-    presets/kernels.yaml."""
+    presets/kernels.yaml. `shared_fused`: the shared expert runs inside the routed experts' kernel (no MLP of its
+    own to launch)."""
     kc = kernel_counts()
     w = model.weights
     moe_layers = num_layers - num_dense_layers
@@ -142,7 +147,7 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
                                                 ("moe", moe_layers, w.routed_experts)]
     if model.architecture in kc.qk_norm_architectures:
         parts.append(("qk_norm", num_layers, None))
-    if model.num_shared_experts:
+    if model.num_shared_experts and not shared_fused:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
     kernels, small, copies = _count_parts(parts, version, model.architecture, mla_rope_apart)
     return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
@@ -154,9 +159,12 @@ def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
 
 
 def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
-                 version: tuple[int, int] = DEFAULT_RELEASE, mla_rope_apart: bool = False) -> Stack:
+                 version: tuple[int, int] = DEFAULT_RELEASE, mla_rope_apart: bool = False,
+                 shared_expert_copies: int = 0) -> Stack:
     """`model` on one GPU of a tp group; `version` is the SGLang release whose kernels it launches, `mla_rope_apart`
-    whether its MLA attention backend takes the rotary parts apart (releases.mla_takes_rope_apart)."""
+    whether its MLA attention backend takes the rotary parts apart (releases.mla_takes_rope_apart),
+    `shared_expert_copies` how many copies of the shared expert the routed experts' kernel holds in its place
+    (releases.fused_shared_expert_copies; 0: its own MLP)."""
     h = model.hidden_size
     w = model.weights
     rep, shard, kv, aflops = _attention(model.attention, h, tp)
@@ -169,7 +177,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
         p = 3 * h * model.dense_intermediate_size / tp * model.num_dense_layers
         groups.append(WeightGroup("dense_mlp", p * b, 2 * p, c))
     moe_layers = model.num_moe_layers
-    if moe_layers and model.num_shared_experts:
+    if moe_layers and model.num_shared_experts and not shared_expert_copies:
         b, c = _fmt(w.shared_experts)
         p = model.num_shared_experts * 3 * h * model.moe_intermediate_size / tp * moe_layers
         groups.append(WeightGroup("shared_experts", p * b, 2 * p, c))
@@ -180,7 +188,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
     eb, ec = _fmt(w.routed_experts)
     expert_params = 3 * h * model.moe_intermediate_size / tp if moe_layers else 0.0
     stored = sum(g.bytes_per_gpu for g in groups)
-    stored += model.num_routed_experts * moe_layers * expert_params * eb
+    stored += (model.num_routed_experts + shared_expert_copies) * moe_layers * expert_params * eb
     if not model.tie_word_embeddings:
         stored += model.vocab_size * h / tp * _fmt(w.embedding)[0]
 
@@ -189,7 +197,8 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
              + (model.num_routed_experts + model.num_shared_experts) * 3 * h * model.moe_intermediate_size
              * moe_layers
              + model.vocab_size * h * (1 if model.tie_word_embeddings else 2))
-    kernels, small, copies = _kernel_count(model, L, model.num_dense_layers, version, mla_rope_apart)
+    kernels, small, copies = _kernel_count(model, L, model.num_dense_layers, version, mla_rope_apart,
+                                           shared_fused=shared_expert_copies > 0)
     return Stack(
         name=name or model.display_name, tp=tp, num_layers=L, hidden_size=h, logits_vocab=model.vocab_size,
         groups=tuple(groups), num_moe_layers=moe_layers, num_experts=model.num_routed_experts,
@@ -197,7 +206,7 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
         expert_flops_per_token=2 * expert_params * model.experts_per_token * moe_layers, expert_compute=ec,
         kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
         total_params=total, kernels_per_forward=kernels, small_kernels_per_forward=small,
-        small_kernels_from_two_rows=copies,
+        small_kernels_from_two_rows=copies, shared_expert_copies=shared_expert_copies if moe_layers else 0,
     )
 
 
@@ -245,13 +254,13 @@ def eagle_stack(d: DrafterPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
 
 
 def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RELEASE,
-              mla_rope_apart: bool = False) -> Stack:
+              mla_rope_apart: bool = False, shared_expert_copies: int = 0) -> Stack:
     """A NextN/MTP head: one decoder layer of the target's own kind (MoE if the target is), eh_proj (2h -> h,
     replicated) and the target's full-vocabulary LM head, shared with the target (DeepSeek-V3 style)."""
     one = model.model_copy(update={"num_layers": 1, "num_dense_layers": 0 if model.num_moe_layers else 1,
                                    "tie_word_embeddings": True})
     base = target_stack(one, tp, name=f"MTP head of {model.display_name}", version=version,
-                        mla_rope_apart=mla_rope_apart)
+                        mla_rope_apart=mla_rope_apart, shared_expert_copies=shared_expert_copies)
     b, c = _fmt(model.weights.attention)
     eh = 2 * model.hidden_size * model.hidden_size
     groups = base.groups + (WeightGroup("eh_proj", eh * b, 2 * eh, c),)
@@ -269,7 +278,7 @@ def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
         # + eh_proj's GEMM, the enorm / hnorm of the embedding and the hidden state, their concat (kernels.yaml)
         kernels_per_forward=base.kernels_per_forward + head.kernels,
         small_kernels_per_forward=base.small_kernels_per_forward + head.small,
-        small_kernels_from_two_rows=base.small_kernels_from_two_rows,
+        small_kernels_from_two_rows=base.small_kernels_from_two_rows, shared_expert_copies=base.shared_expert_copies,
     )
 
 
@@ -286,12 +295,13 @@ def draft_layers_model(algorithm: str, model: ModelPreset, draft_model: ModelPre
 
 def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None,
                 draft_model: ModelPreset | None, tp: int, version: tuple[int, int] = DEFAULT_RELEASE,
-                mla_rope_apart: bool = False) -> Stack | None:
+                mla_rope_apart: bool = False, shared_expert_copies: int = 0) -> Stack | None:
     if algorithm in ("eagle", "eagle3") and drafter is not None:
         return eagle_stack(drafter, tp, version)
     layers = draft_layers_model(algorithm, model, draft_model)
     if layers is None:
         return None
     if algorithm == "mtp":
-        return mtp_stack(layers, tp, version, mla_rope_apart)
-    return target_stack(layers, tp, version=version, mla_rope_apart=mla_rope_apart)
+        return mtp_stack(layers, tp, version, mla_rope_apart, shared_expert_copies)
+    return target_stack(layers, tp, version=version, mla_rope_apart=mla_rope_apart,
+                        shared_expert_copies=shared_expert_copies)
