@@ -83,6 +83,9 @@ class Server(StrictModel):
                                               description="None = SGLang's default for this GPU, tp and drafter")
     chunked_prefill_size: StrictInt | None = Field(default=None, ge=64,
                                                    description="None = SGLang's default for the GPU memory")
+    kv_cache_dtype: Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto", description="--kv-cache-dtype: auto = the model's dtype (BF16 for every simspec preset); an"
+                                    " FP8 cache halves the bytes a token's KV takes, read and stored")
     schedule_conservativeness: StrictFloat = Field(
         default=1.0, gt=0.0, le=100.0,
         description="--schedule-conservativeness: scales the share of running requests' outputs SGLang keeps free"

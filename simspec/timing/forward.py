@@ -219,9 +219,10 @@ class ForwardModel:
         self._cache: dict[ForwardShape, tuple[float, float, float]] = {}
         self._kv_s_per_token = stack.kv_bytes_per_token_per_gpu / (self._bw * eff.memory_bandwidth)
         self._kv_roof_s_per_token = stack.kv_bytes_per_token_per_gpu / self._bw
-        # The attention core (QK^T, PV) runs in the KV cache's dtype, BF16 here (simspec models no FP8 KV cache),
-        # whatever the projections' weights are: FA3, FlashInfer and FlashMLA take BF16 Q/K/V unless
-        # --kv-cache-dtype selects FP8. Charging it at the FP8 peak for FP8-weight models halved long prefills.
+        # The attention core (QK^T, PV) runs at the BF16 peak whatever the projections' weights are: FA3, FlashInfer
+        # and FlashMLA take BF16 Q/K/V unless --kv-cache-dtype selects FP8. Charging it at the FP8 peak for
+        # FP8-weight models halved long prefills. An FP8 cache (server.kv_cache_dtype) halves the bytes read here
+        # (stack.with_kv_cache_dtype); whether the core then computes in FP8 depends on the backend, not modelled.
         self._attn_s_per_pair = stack.attn_flops_per_pair / (self._peak["bf16"] * eff.compute)
         # fused-MoE tiles of 16 rows on warp-level MMA: a measured, achieved rate, so no compute efficiency on top
         self._small_tiles = moe_small_tiles

@@ -7,6 +7,7 @@ are replicated, as is the MLA latent KV cache (one latent head cannot be split).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from simspec.presets import DrafterPreset, GqaAttention, KernelRelease, MlaAttention, ModelPreset, kernel_counts
@@ -86,6 +87,15 @@ def _attention(att: MlaAttention | GqaAttention, h: int, tp: int) -> tuple[float
     kv = 2 * kv_heads_local * att.head_dim * ACTIVATION_BYTES
     flops = 2 * 2 * (att.num_heads / tp) * att.head_dim
     return 0.0, sharded, kv, flops
+
+
+def with_kv_cache_dtype(stack: Stack | None, kv_cache_dtype: str) -> Stack | None:
+    """`stack` with its KV cache in SGLang's --kv-cache-dtype: the stacks count BF16 entries (ACTIVATION_BYTES); an
+    FP8 cache stores one byte an element, so every token's KV is read and kept at half the bytes. (The attention
+    core stays at the BF16 peak: whether it computes in FP8 depends on the backend, which simspec does not model.)"""
+    if stack is None or not kv_cache_dtype.startswith("fp8"):
+        return stack
+    return dataclasses.replace(stack, kv_bytes_per_token_per_gpu=stack.kv_bytes_per_token_per_gpu / ACTIVATION_BYTES)
 
 
 def _fp8(fmt: str) -> bool:
