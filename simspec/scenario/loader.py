@@ -384,7 +384,7 @@ def _check_draft_step_time(profile: Profile, profile_path: str | None, dstack: S
 def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
     """Look up presets, apply SGLang's defaults and check everything that needs more than one field."""
     # imported here: timing imports this module
-    from simspec.timing.stack import draft_layers_model, draft_stack, target_stack, with_kv_cache_dtype
+    from simspec.timing.stack import served_stacks
 
     file = path
     version = sc.server.version_minor_patch
@@ -449,17 +449,10 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
         curve = preset_curve(sc.hardware.interconnect)
 
     # memory: weights and KV cache per GPU under TP
-    # the experts as this release runs them: DeepSeek-V3's shared expert may be stored among them (TP clones in 0.4.6)
-    release = sc.server.release
-    kv_dtype = sc.server.kv_cache_dtype
-    target = with_kv_cache_dtype(target_stack(model, tp, shared_expert_copies=releases.shared_expert_copies(
-        release, gpu.display_name, model, tp)), kv_dtype)
-    assert target is not None
-    layers = draft_layers_model(spec.algorithm, model, draft_model)
-    dshared = (releases.shared_expert_copies(release, gpu.display_name, layers, tp, draft_of=model)
-               if layers is not None else 0)
-    dstack = with_kv_cache_dtype(draft_stack(spec.algorithm, model, drafter, draft_model, tp,
-                                             shared_expert_copies=dshared), kv_dtype)
+    # as this release serves them: the KV cache's dtype, DeepSeek-V3's shared expert stored among the routed
+    # experts where it is fused (TP clones of it in 0.4.6)
+    target, dstack = served_stacks(spec.algorithm, model, drafter, draft_model, tp, sc.server.release,
+                                   gpu.display_name, sc.server.kv_cache_dtype)
     startup_key = startup_memory_key(tp)
     startup = coefficients[startup_key].value
     with _in_profile(file, profile_path):

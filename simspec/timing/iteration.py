@@ -23,7 +23,7 @@ from simspec.scenario import releases
 from simspec.scenario.loader import ResolvedScenario
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardCost, ForwardModel, ForwardShape, moe_grid, moe_small_tiles
-from simspec.timing.stack import draft_layers_model, draft_stack, target_stack, with_kv_cache_dtype
+from simspec.timing.stack import draft_layers_model, served_stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,19 +116,14 @@ class IterationModel:
         model = rs.model
         target_triton = releases.target_moe_runs_triton(release, gpu, model.architecture,
                                                         model.weights.routed_experts)
-        shared = releases.shared_expert_copies(release, gpu, model, tp)
-        tstack = with_kv_cache_dtype(target_stack(model, tp, version=version, mla_rope_apart=mla_rope_apart,
-                                                  shared_expert_copies=shared), srv.kv_cache_dtype)
-        assert tstack is not None
+        tstack, dstack = served_stacks(rs.algorithm, model, rs.drafter, rs.draft_model, tp, release, gpu,
+                                       srv.kv_cache_dtype, mla_rope_apart)
         tgrid = moe_grid(rs.scenario.hardware.gpu, model, tstack, release) if target_triton else None
         self.target = ForwardModel(tstack, rs.gpu, self.collectives, self.eff,
                                    moe_small_tiles(rs.gpu, tstack, tgrid, version), tgrid)
         # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, model, rs.draft_model)
         draft_triton = releases.draft_moe_runs_triton(release, target_triton)
-        dshared = releases.shared_expert_copies(release, gpu, layers, tp, draft_of=model) if layers is not None else 0
-        dstack = with_kv_cache_dtype(draft_stack(rs.algorithm, model, rs.drafter, rs.draft_model, tp, version,
-                                                 mla_rope_apart, dshared), srv.kv_cache_dtype)
         layers = layers if layers is not None else model
         dgrid = (moe_grid(rs.scenario.hardware.gpu, layers, dstack, release)
                  if dstack and draft_triton else None)

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from simspec.presets import DrafterPreset, GqaAttention, KernelRelease, MlaAttention, ModelPreset, kernel_counts
+from simspec.scenario import releases
 from simspec.scenario.releases import minor_patch
 
 # bytes per parameter and the tensor-core type the weights are multiplied in
@@ -315,3 +316,21 @@ def draft_stack(algorithm: str, model: ModelPreset, drafter: DrafterPreset | Non
         return mtp_stack(layers, tp, version, mla_rope_apart, shared_expert_copies)
     return target_stack(layers, tp, version=version, mla_rope_apart=mla_rope_apart,
                         shared_expert_copies=shared_expert_copies)
+
+
+def served_stacks(algorithm: str, model: ModelPreset, drafter: DrafterPreset | None, draft_model: ModelPreset | None,
+                  tp: int, release: tuple[int, int, int], gpu_display_name: str, kv_cache_dtype: str,
+                  mla_rope_apart: bool = False) -> tuple[Stack, Stack | None]:
+    """(target, draft) stacks as an SGLang release serves them on this GPU: each layer's experts with the shared
+    expert where the release fuses it (releases.shared_expert_copies), the KV cache in `kv_cache_dtype`; the kernels
+    of `release` and its MLA backend's rope handling (`mla_rope_apart`)."""
+    version = release[:2]
+    target = target_stack(model, tp, version=version, mla_rope_apart=mla_rope_apart,
+                          shared_expert_copies=releases.shared_expert_copies(release, gpu_display_name, model, tp))
+    layers = draft_layers_model(algorithm, model, draft_model)
+    dshared = (releases.shared_expert_copies(release, gpu_display_name, layers, tp, draft_of=model)
+               if layers is not None else 0)
+    draft = draft_stack(algorithm, model, drafter, draft_model, tp, version, mla_rope_apart, dshared)
+    served = with_kv_cache_dtype(target, kv_cache_dtype)
+    assert served is not None
+    return served, with_kv_cache_dtype(draft, kv_cache_dtype)
