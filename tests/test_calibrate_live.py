@@ -341,6 +341,9 @@ def test_server_info_field_names_per_version():
     d = description_from_server_info(new)
     assert d.cuda_graph is False and d.overlap_schedule is True and d.attention_backend == "fa3"
     assert description_from_server_info({"version": "0.5.10", "disable_cuda_graph": True}).cuda_graph is False
+    fp8 = description_from_server_info({"version": "0.5.12", "kv_cache_dtype": "fp8_e4m3"})
+    assert fp8.kv_cache_dtype == "fp8_e4m3"
+    assert description_from_server_info({"version": "0.5.12"}).kv_cache_dtype is None
     with pytest.raises(LiveServerError, match="not a JSON object"):
         description_from_server_info([1, 2])  # type: ignore[arg-type]
 

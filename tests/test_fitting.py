@@ -179,3 +179,18 @@ def test_a_speedup_with_fitted_coefficients_compares_against_a_baseline_on_the_s
     # the baseline streams at the trial efficiency: ~0.9 / 0.5 faster at batch 1, not unchanged
     assert slow["baseline"]["iteration_ms"] > 1.5 * fast["baseline"]["iteration_ms"]
     assert slow["baseline_tokens_per_s"] < fast["baseline_tokens_per_s"] / 1.5
+
+
+def test_the_scenario_keeps_the_servers_fp8_kv_cache_and_refuses_one_simspec_cannot_model():
+    """--kv-cache-dtype as /server_info reports it: an FP8 cache goes into the scenario (it halves every token's KV
+    bytes); "auto" is the default and left out; an FP4 cache is refused with the field, not read as BF16."""
+    def scenario(kv: str) -> dict:
+        server = _server(algorithm="none", num_steps=None, topk=None, num_draft_tokens=None, kv_cache_dtype=kv)
+        return build_scenario(Measurements(server=server), BOX, name="x", concurrency=1)
+
+    assert scenario("fp8_e4m3")["server"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert scenario("bfloat16")["server"]["kv_cache_dtype"] == "bfloat16"
+    assert "kv_cache_dtype" not in scenario("auto")["server"]
+    with pytest.raises(InputError, match="fp4_e2m1") as err:
+        scenario("fp4_e2m1")
+    assert err.value.key == "kv_cache_dtype"

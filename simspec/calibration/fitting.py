@@ -25,6 +25,7 @@ import datetime as _dt
 import math
 import re
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from simspec.scenario.loader import (
 )
 from simspec.scenario.loader import Coefficient as ResolvedCoefficient
 from simspec.scenario.profile import Coefficient, CollectiveCurve, MeasuredOn, Profile, Provenance
+from simspec.scenario.schema import Server
 from simspec.timing.iteration import IterationModel
 
 # Prior weight: a parameter one prior scale away from its default costs as much as a 1% misfit of one
@@ -218,6 +220,12 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
             server[key] = getattr(s, key)
     if s.overlap_schedule is not None:
         server["overlap_schedule"] = "on" if s.overlap_schedule else "off"
+    if s.kv_cache_dtype is not None and s.kv_cache_dtype != "auto":
+        allowed = typing.get_args(Server.model_fields["kv_cache_dtype"].annotation)
+        if s.kv_cache_dtype not in allowed:
+            raise InputError(f"the server keeps its KV cache as {s.kv_cache_dtype!r}, which simspec does not model;"
+                             f" allowed: {', '.join(allowed)}", key="kv_cache_dtype")
+        server["kv_cache_dtype"] = s.kv_cache_dtype
     scenario: dict[str, Any] = {
         "name": name,
         "description": f"written by simspec calibrate from {', '.join(meas.sources) or 'measurements'}",

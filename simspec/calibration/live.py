@@ -321,6 +321,7 @@ def description_from_server_info(raw: dict[str, Any], *, host: str | None = None
         cuda_graph_max_bs=max_bs,
         max_running_requests=max_running,
         mem_fraction_static=_float(raw.get("mem_fraction_static")),
+        kv_cache_dtype=str(raw["kv_cache_dtype"]) if isinstance(raw.get("kv_cache_dtype"), str) else None,
         overlap_schedule=None if overlap is None else not overlap,
         attention_backend=str(attention) if attention else None,
         ngram=ngram,

@@ -30,6 +30,7 @@ class ServerDescription(_Record):
     cuda_graph_max_bs: int | None = None
     max_running_requests: int | None = None
     mem_fraction_static: float | None = None
+    kv_cache_dtype: str | None = None  # --kv-cache-dtype as the server resolved it ("auto", "bfloat16", "fp8_e4m3"...)
     overlap_schedule: bool | None = None
     attention_backend: str | None = None
     ngram: dict[str, float | int | str] = Field(default_factory=dict)
