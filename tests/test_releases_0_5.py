@@ -217,21 +217,26 @@ def test_0_5_6_post1_on_an_sm120_part_refuses_every_mha_server_but_an_eagle_tree
     _resolve(_eagle3(small, "0.5.6", (3, 1, 4)))
 
 
-def _deepseek_mtp_on_b200(version: str) -> dict:
-    return {"name": "t", "hardware": {"gpu": "b200", "num_gpus": 8, "interconnect": "nvlink5-nccl"},
-            "model": "deepseek-v3", "server": {"tp": 8, "sglang_version": version},
-            "speculative": {"algorithm": "mtp", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
-            "acceptance": {"accept_length": 2.0},
-            "workload": {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 1,
-                         "input_tokens": {"dist": "fixed", "value": 16},
-                         "output_tokens": {"dist": "fixed", "value": 16}}}
+def _deepseek_on(gpu: str, version: str, **extra) -> IterationModel:
+    """DeepSeek-V3 on 8 GPUs at TP 8, one short request; `extra` adds top-level scenario keys (speculative, ...)."""
+    link = "nvlink5-nccl" if gpu == "b200" else "nvlink4-nccl"
+    return IterationModel(_resolve({
+        "name": "t", "hardware": {"gpu": gpu, "num_gpus": 8, "interconnect": link}, "model": "deepseek-v3",
+        "server": {"tp": 8, "sglang_version": version},
+        "workload": {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 1,
+                     "input_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
+        **extra}))
+
+
+_MTP_3_1_4 = {"speculative": {"algorithm": "mtp", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+              "acceptance": {"accept_length": 2.0}}
 
 
 def test_an_mtp_draft_on_b200_runs_its_targets_moe_runner_until_0_5_7():
     """DeepSeek-V3's FP8 experts take flashinfer_trtllm on a B200 from 0.5.5: no Triton grid for the target, nor, until
     0.5.7 gives the draft its own runner ("auto": Triton), for its MTP layer."""
-    old = IterationModel(_resolve(_deepseek_mtp_on_b200("0.5.6")))
-    new = IterationModel(_resolve(_deepseek_mtp_on_b200("0.5.7")))
+    old = _deepseek_on("b200", "0.5.6", **_MTP_3_1_4)
+    new = _deepseek_on("b200", "0.5.7", **_MTP_3_1_4)
     assert old.target._grid is None and new.target._grid is None
     assert old.draft is not None and old.draft._grid is None
     assert new.draft is not None and new.draft._grid is not None
@@ -297,16 +302,6 @@ def test_mla_attention_skips_the_rope_concats_on_hopper_and_sm100_backends(small
     assert model.draft is not None
     assert (target_stack(deepseek, 8, **fused).kernels_per_forward - model.target.stack.kernels_per_forward
             == 2 * deepseek.num_layers)
-
-
-def _deepseek_on(gpu: str, version: str, tp: int = 8, model: str = "deepseek-v3", **extra) -> IterationModel:
-    link = {"b200": "nvlink5-nccl", "a100-80gb-sxm": "nvlink3-nccl"}.get(gpu, "nvlink4-nccl")
-    return IterationModel(_resolve({
-        "name": "t", "hardware": {"gpu": gpu, "num_gpus": tp, "interconnect": link}, "model": model,
-        "server": {"tp": tp, "sglang_version": version},
-        "workload": {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 1,
-                     "input_tokens": {"dist": "fixed", "value": 16}, "output_tokens": {"dist": "fixed", "value": 16}},
-        **extra}))
 
 
 def test_deepseek_v3s_shared_expert_runs_among_its_routed_experts_where_the_triton_moe_runs():

@@ -25,8 +25,8 @@ What differs, by release:
   should_enable_swap_ab, after SGLang PRs #15712 and #16723).
 - which expert shapes have a tuned fused-MoE config, and its tiles (presets/fused_moe_tiles.yaml, by release and
   from each file's `since`: forward.MoeGrid, whose 16-row range forward.moe_small_tiles reads); and DeepSeek-V3's
-  shared experts fused into the routed ones on SM90 in 0.4.6 (deepseek_v2.py determine_n_share_experts_fusion:
-  tp copies, so the kernel sees 256 + tp experts).
+  shared expert fused into the routed ones where the Triton fused MoE runs (fused_shared_expert_copies): tp copies
+  on SM90+ in 0.4.6 (the kernel sees 256 + tp experts), one from 0.5.3 on SM80+ (257), none in 0.4.4.
 - how many row blocks the Triton fused MoE's grid launches at small batch (fused_moe_padded_rows): sized for the
   worst case before 0.5.7, for the pairs routed from 0.5.7.
 """
@@ -117,8 +117,8 @@ def fp8_moe_swaps_ab(version: tuple[int, int], gpu_display_name: str) -> bool:
 # expert 256 of 257, which every token routes to, on SM80 and newer. Only DeepseekV3ForCausalLM with 256 routed
 # experts and one shared one (Kimi-K2's 384 are not fused), without expert parallelism (simspec models none), and
 # never under flashinfer_trtllm's MoE (server_args sets disable_shared_experts_fusion for it). 0.4.4 has no fusion.
-# The MTP layer (DeepseekV3ForCausalLMNextN) makes the same choice.
-_SM90_OR_NEWER = ("H100", "H200", "H20", "B200", "RTX PRO 6000")  # by display name prefix; every preset is SM80+
+# The MTP layer (DeepseekV3ForCausalLMNextN) makes the same choice. (Every GPU preset is SM80 or newer; the SM90+
+# ones, by display name prefix, are _SM90_OR_NEWER below.)
 
 
 def fuses_shared_expert(architecture: str, routed_experts: int, shared_experts: int) -> bool:
@@ -344,6 +344,7 @@ SMALL_GPU_GRAPH_BS_24_FROM = (5, 4, 1)
 # 0.5.7 picks trtllm_mha on SM100 only, and only when the topk was given as 1 or speculation is off.
 _TRTLLM_MHA_BLACKWELL_ANY = ((5, 6, 1), (5, 6, 2))
 _SM120 = ("RTX PRO 6000",)
+_SM90_OR_NEWER = _HOPPER + _SM100 + _SM120
 
 
 def trtllm_mha_refused_on(release: tuple[int, int, int], gpu_display_name: str) -> bool:
