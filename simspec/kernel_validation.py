@@ -19,6 +19,14 @@ The scripts replay the same routing ten times in a row. When the experts one cal
 cache, the later calls read them from L2, which serving never does (every layer has its own experts). Those
 points are listed but not compared: a table names its GPU's L2 size and its source.
 
+The dense GEMM of a linear layer at decode batch sizes (`kernel: gemm`), x[M, K] @ W[N, K].T as torch runs it
+(cuBLAS; FP8 through torch._scaled_mm with per-tensor scales), timed inside a CUDA graph over distinct weights that
+together far exceed the L2, so that each GEMM streams its weight from DRAM as a decode forward does
+(calibration/kernel_floor_bench.py). The model prices such a call as a forward prices a weight group
+(ForwardModel.linear_call_us): the roofline of its weights and FLOPs, one kernel boundary, and the fixed part of a
+streaming kernel (streaming_kernel_us). SGLang runs these kernels for BF16 linears (torch F.linear); its FP8
+linears run other kernels (CUTLASS, DeepGEMM, Triton), for which the FP8 table is a proxy.
+
 validation/kernels/*.yaml hold the tables; `simspec validate` reports them apart from the end-to-end cases, and
 validation/recorded.yaml keeps their mean error as a second CI gate. A table a coefficient was fitted to
 (`fitted: true`) is reported apart and left out of that mean.
@@ -40,7 +48,7 @@ from simspec.scenario.reading import read_yaml
 from simspec.scenario.schema import StrictModel
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardModel, MoeGrid, distinct_experts
-from simspec.timing.stack import part_kernels, target_stack
+from simspec.timing.stack import WEIGHT_FORMATS, part_kernels, target_stack
 from simspec.validation import Source, load_named, signed_error_pct
 
 KERNELS_DIR = "kernels"
@@ -127,18 +135,33 @@ class AllReduceTable(_Table):
         return self
 
 
-KernelTable = FusedMoeTable | AllReduceTable
-KINDS: dict[str, type[FusedMoeTable] | type[AllReduceTable]] = {"fused_moe": FusedMoeTable,
-                                                                 "all_reduce": AllReduceTable}
+class GemmPoint(StrictModel):
+    k: StrictInt = Field(ge=1, description="input features (the weight's columns)")
+    n: StrictInt = Field(ge=1, description="output features (the weight's rows)")
+    m: StrictInt = Field(ge=1, description="tokens (the activation's rows)")
+    us: float = Field(gt=0, description="microseconds per GEMM")
+
+
+class GemmTable(_Table):
+    kernel: Literal["gemm"]
+    gpu: str
+    weights: Literal["bf16", "fp8"] = Field(description="the weight's (and activation's) format")
+    points: list[GemmPoint] = Field(min_length=1)
+
+
+KernelTable = FusedMoeTable | AllReduceTable | GemmTable
+KINDS: dict[str, type[FusedMoeTable] | type[AllReduceTable] | type[GemmTable]] = {
+    "fused_moe": FusedMoeTable, "all_reduce": AllReduceTable, "gemm": GemmTable}
 
 
 @dataclass(frozen=True)
 class KernelPoint:
-    size: int  # tokens (fused MoE) or message bytes (all-reduce)
+    size: int  # tokens (fused MoE, GEMM) or message bytes (all-reduce)
     measured_us: float
     predicted_us: float
     expert_mb: float | None  # fused MoE: weights of the experts one call touches
     compared: bool  # False when they fit in L2 (the benchmark's repeated calls hit it)
+    shape: str | None = None  # GEMM: "KxN" of the weight
 
     @property
     def error_pct(self) -> float:
@@ -187,6 +210,11 @@ def load_table(path: Path) -> KernelTable:
     if table.gpu not in gpus():
         raise InputError(f"unknown GPU preset {table.gpu!r}; allowed: {', '.join(sorted(gpus()))}",
                          file=str(path), key="gpu")
+    if isinstance(table, GemmTable):
+        keys = [(p.k, p.n, p.m) for p in table.points]
+        if len(set(keys)) != len(keys):
+            raise InputError("each (k, n, m) must appear once", file=str(path), key="points")
+        return table
     _check_points(table.points, "tokens", path, "points")
     return table
 
@@ -224,11 +252,26 @@ def predict_all_reduce(table: AllReduceTable, file: str = "") -> TableResult:
     return TableResult(table, file, points)
 
 
+def predict_gemm(table: GemmTable, file: str = "", eff: Efficiencies | None = None) -> TableResult:
+    """Each GEMM priced as a forward prices a weight group on the table's GPU (ForwardModel.linear_call_us)."""
+    bytes_per_param, compute = WEIGHT_FORMATS[table.weights]
+    # the forward model reads only the GPU and the coefficients for one GEMM; the stack is a placeholder
+    stack = target_stack(_one_moe_layer(MoeShape(experts=1, experts_per_token=1, hidden_size=1,
+                                                 intermediate_per_gpu=1, weights=table.weights)), tp=1)
+    model = ForwardModel(stack, gpus()[table.gpu], None, eff or default_efficiencies())  # type: ignore[arg-type]
+    points = [KernelPoint(p.m, p.us, model.linear_call_us(p.k * p.n * bytes_per_param, 2.0 * p.k * p.n, p.m,
+                                                          compute), None, True, shape=f"{p.k}x{p.n}")
+              for p in table.points]
+    return TableResult(table, file, points)
+
+
 def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None = None) -> TableResult:
     """Every point of a table predicted; a fused-MoE benchmark's random gating is uniform routing (locality 0).
     `eff`: the coefficients to predict with (a fit's trial values); default_efficiencies() otherwise."""
     if isinstance(table, AllReduceTable):
         return predict_all_reduce(table, file)
+    if isinstance(table, GemmTable):
+        return predict_gemm(table, file, eff)
     shape = table.shape
     stack = target_stack(_one_moe_layer(shape), tp=1)
     # no small-tile rate (forward.moe_small_tiles): no table is of a GPU that has one; a table on the H20 would
@@ -287,5 +330,5 @@ def as_rows(results: list[TableResult]) -> list[dict[str, Any]]:
     return [{"table": r.table.id, "kernel": r.table.kernel, "hardware": hardware(r.table), "size": p.size,
              "unit": "bytes" if r.table.kernel == "all_reduce" else "tokens", "measured_us": p.measured_us,
              "predicted_us": p.predicted_us, "error_pct": p.error_pct, "expert_mb": p.expert_mb,
-             "compared": p.compared, "source": r.table.source.url or r.table.source.citation}
+             "shape": p.shape, "compared": p.compared, "source": r.table.source.url or r.table.source.citation}
             for r in results for p in r.points]

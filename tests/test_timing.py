@@ -109,6 +109,15 @@ def test_kernel_boundaries_and_small_kernels_cost_time_in_graphs_and_per_layer_d
                                          / 1e3)
     eager = ForwardModel(stack, gpu, coll, eff).cost(dataclasses.replace(shape, graph=False), 0, 0).compute_ms
     assert eager - bare == pytest.approx(50.0 * 32 / 1e3)
+    # the fixed part of a streaming kernel: every kernel that is not small (GEMMs, attention), in graphs only
+    ramp = dataclasses.replace(eff, streaming_kernel_us=3.0)
+    ramped = ForwardModel(stack, gpu, coll, ramp).cost(shape, 0, 0).compute_ms
+    streaming = stack.kernels_per_forward - stack.small_kernels_per_forward
+    assert streaming == 32 * 5 + 1  # per layer: qkv, attention, o_proj, gate_up, down; the LM head (the embedding
+    # lookup is counted small)
+    assert ramped - graph == pytest.approx(streaming * 3.0 / 1e3)
+    assert ForwardModel(stack, gpu, coll, ramp).cost(dataclasses.replace(shape, graph=False), 0, 0).compute_ms \
+        == pytest.approx(eager)
 
 
 def test_mla_latent_cache_is_replicated_across_tp_ranks():

@@ -443,11 +443,78 @@ def test_a_record_without_the_kernel_figure_is_an_input_error(tmp_path):
 
 
 def test_the_kernel_tables_are_cited():
+    """A published table carries its address and a quote; one simspec measured names its raw result, checked in."""
     from simspec.kernel_validation import kernel_files, load_table
 
     files = kernel_files(VALIDATION)
     assert len(files) >= 5
     for f in files:
         t = load_table(f)
+        if t.kernel == "gemm":
+            raw = t.source.citation.split("raw result ")[-1].strip()
+            assert raw.startswith("calibration/measurements/") and (ROOT / raw).is_file(), f.name
+            continue
         assert t.source.url and t.source.quote, f.name
         assert t.kernel == "all_reduce" or t.l2_source, f.name  # type: ignore[union-attr]
+
+
+def _gemm_table(tmp_path: Path, table_id: str, **changes) -> Path:
+    if not (tmp_path / "cases").exists():
+        _case(tmp_path, "a")
+    d = tmp_path / "kernels"
+    d.mkdir(exist_ok=True)
+    data = {"id": table_id, "title": "t", "source": {"citation": "test"}, "kernel": "gemm", "gpu": "h200-sxm",
+            "weights": "bf16", "points": [{"k": 4096, "n": 4096, "m": 1, "us": 14.0},
+                                          {"k": 4096, "n": 4096, "m": 256, "us": 18.0}]} | changes
+    path = d / f"{table_id}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_gemm_is_priced_as_the_forward_prices_a_weight_group(tmp_path):
+    """4096 x 4096 BF16 on an H200 at the default coefficients: one token streams 33.6 MB at 80% of 4.8 TB/s (its
+    FLOPs over 64 padded rows at 70% of 989 TFLOP/s are less); 256 tokens are compute-bound. Each call pays one
+    kernel boundary (1.3 us) and streaming_kernel_us (0 by default); FP8 halves the bytes and runs at the FP8 peak."""
+    from simspec.kernel_validation import default_efficiencies, load_table, predict_table
+
+    weight = 4096 * 4096
+    one, many = predict_table(load_table(_gemm_table(tmp_path, "g"))).points
+    assert one.predicted_us == pytest.approx(weight * 2 / (4800e9 * 0.80) * 1e6 + 1.3)
+    assert many.predicted_us == pytest.approx(2 * weight * 256 / (989e12 * 0.70) * 1e6 + 1.3)
+    assert one.shape == "4096x4096" and one.size == 1 and one.compared
+    fp8_one, _ = predict_table(load_table(_gemm_table(tmp_path, "f", weights="fp8"))).points
+    assert fp8_one.predicted_us == pytest.approx(weight / (4800e9 * 0.80) * 1e6 + 1.3)
+    from dataclasses import replace
+    ramp = replace(default_efficiencies(), streaming_kernel_us=3.0)
+    ramped, _ = predict_table(load_table(_gemm_table(tmp_path, "g")), eff=ramp).points
+    assert ramped.predicted_us - one.predicted_us == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"weights": "int4"}, "weights"),
+    ({"points": [{"k": 8, "n": 8, "m": 0, "us": 1.0}]}, "points"),
+    ({"points": [{"k": 8, "n": 8, "m": 1, "us": 1.0}, {"k": 8, "n": 8, "m": 1, "us": 2.0}]}, "points"),
+    ({"points": [{"k": 8, "n": 8, "m": 1}]}, "points"),
+])
+def test_bad_gemm_tables_exit_2_naming_the_field(tmp_path, change, needle):
+    _gemm_table(tmp_path, "g", **change)
+    _assert_exit_2_naming(tmp_path, "g.yaml", needle)
+
+
+def test_the_gemm_tables_are_written_from_a_bench_result_keeping_batches_1_64_256(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import kernel_floor_tables as conv
+
+    from simspec.kernel_validation import load_table
+
+    env = {"gpu": "NVIDIA H200", "date": "2026-12-04T00:00:00Z", "torch": "2.11", "cuda": "13.0"}
+    rows = [{"shape": "s", "k": 64, "n": 128, "m": m, "us": 2.0 + m / 100} for m in (1, 2, 64, 256, 512)]
+    result = {"environment": env, "gemm_bf16": rows, "gemm_fp8": rows[:1] + [{"shape": "s", "k": 64, "n": 128,
+                                                                              "m": 64, "error": "boom"}]}
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(result))
+    assert conv.main([str(src), "--gpu", "h200-sxm", "--prefix", "x", "--out", str(tmp_path)]) == 0
+    bf16 = load_table(tmp_path / "x-gemm-bf16.yaml")
+    assert [p.m for p in bf16.points] == [1, 64, 256] and bf16.weights == "bf16"  # type: ignore[union-attr]
+    fp8 = load_table(tmp_path / "x-gemm-fp8.yaml")
+    assert [p.m for p in fp8.points] == [1] and str(src) in fp8.source.citation  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ OTHER_COEFFICIENT_BOUNDS: dict[str, tuple[float, float, str]] = {
     # slower than an eager one
     "kernel_gap_graph_us": (0.0, 100.0, "a CUDA-graph kernel boundary costs ~1.3 us on an H100"),
     "small_kernel_us": (0.0, 1000.0, "a kernel that moves almost no bytes takes 2-4 us on an H100"),
+    "streaming_kernel_us": (0.0, 1000.0, "a GEMM's fixed part is ~3 us beyond its boundary on an H200"),
     "layer_overhead_eager_us": (0.0, 100_000.0, "eager dispatch costs 60 us to ~1.9 ms per layer in the profiles"),
     "spec_cpu_per_verified_token_us": (0.0, 10_000.0, "host work per verified token is ~10 us (defaults.yaml)"),
     "ngram_cpu_per_request_us": (0.0, 100_000.0, "an n-gram trie lookup per request takes tens of us"),

@@ -72,6 +72,7 @@ class Efficiencies:
     small_kernel_us: float
     layer_overhead_eager_us: float
     moe_empty_block_us: float = 0.0
+    streaming_kernel_us: float = 0.0
 
     @classmethod
     def from_coefficients(cls, coefficient: Callable[[str], float]) -> Efficiencies:
@@ -82,7 +83,8 @@ class Efficiencies:
                    kernel_gap_graph_us=coefficient("kernel_gap_graph_us"),
                    small_kernel_us=coefficient("small_kernel_us"),
                    layer_overhead_eager_us=coefficient("layer_overhead_eager_us"),
-                   moe_empty_block_us=coefficient("moe_empty_block_us"))
+                   moe_empty_block_us=coefficient("moe_empty_block_us"),
+                   streaming_kernel_us=coefficient("streaming_kernel_us"))
 
 
 SMALL_TILE_ROWS = 16  # BLOCK_SIZE_M of the tiles that Hopper cannot run on wgmma (.m64) unless A and B are swapped
@@ -260,7 +262,8 @@ class ForwardModel:
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
             copies = st.small_kernels_from_two_rows if shape.tokens >= 2 else 0.0  # a strided q of 2+ rows
             compute += ((st.kernels_per_forward + copies) * eff.kernel_gap_graph_us
-                        + (st.small_kernels_per_forward + copies) * eff.small_kernel_us) * 1e-6
+                        + (st.small_kernels_per_forward + copies) * eff.small_kernel_us
+                        + (st.kernels_per_forward - st.small_kernels_per_forward) * eff.streaming_kernel_us) * 1e-6
         else:  # host-bound: Python dispatch and launches per layer
             compute += eff.layer_overhead_eager_us * st.num_layers * 1e-6
         # the per-launch (graph replay) overhead is the caller's
@@ -348,8 +351,16 @@ class ForwardModel:
         shape = ForwardShape(num_seqs=tokens, tokens=tokens, real_seqs=tokens, real_tokens=tokens,
                              logit_tokens=tokens, graph=True)
         rooflines_s, _ = self._moe(shape)
-        return (rooflines_s * 1e6 + boundaries * self.eff.kernel_gap_graph_us
-                + small_kernels * self.eff.small_kernel_us)
+        eff = self.eff
+        return (rooflines_s * 1e6 + boundaries * eff.kernel_gap_graph_us + small_kernels * eff.small_kernel_us
+                + (boundaries - small_kernels) * eff.streaming_kernel_us)
+
+    def linear_call_us(self, weight_bytes: float, flops_per_token: float, tokens: int, compute: str) -> float:
+        """One dense linear layer's GEMM over `tokens` rows on its own, as a microbenchmark times it inside a CUDA
+        graph: the roofline _weights charges a weight group (its rows padded to the MMA's), one kernel boundary, and
+        the fixed part of a streaming kernel (simspec.kernel_validation's GEMM tables)."""
+        roofline_s = self._time(weight_bytes, flops_per_token * padded_rows(tokens, self._mma_rows), compute)
+        return roofline_s * 1e6 + self.eff.kernel_gap_graph_us + self.eff.streaming_kernel_us
 
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
