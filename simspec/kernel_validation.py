@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from simspec.calibration.collectives import time_from_bus_bandwidth_us
 from simspec.errors import InputError
@@ -135,11 +135,15 @@ class AllReduceTable(_Table):
         return self
 
 
+MAX_GEMM_DIM = 1 << 24  # 16M features: a vocabulary-sized LM head is ~256k; more is not a linear layer
+MAX_GEMM_TOKENS = 1 << 20  # a million rows: far above any forward's batch or prefill chunk
+
+
 class GemmPoint(StrictModel):
-    k: StrictInt = Field(ge=1, description="input features (the weight's columns)")
-    n: StrictInt = Field(ge=1, description="output features (the weight's rows)")
-    m: StrictInt = Field(ge=1, description="tokens (the activation's rows)")
-    us: float = Field(gt=0, description="microseconds per GEMM")
+    k: StrictInt = Field(ge=1, le=MAX_GEMM_DIM, description="input features (the weight's columns)")
+    n: StrictInt = Field(ge=1, le=MAX_GEMM_DIM, description="output features (the weight's rows)")
+    m: StrictInt = Field(ge=1, le=MAX_GEMM_TOKENS, description="tokens (the activation's rows)")
+    us: StrictFloat = Field(gt=0, allow_inf_nan=False, description="microseconds per GEMM")
 
 
 class GemmTable(_Table):

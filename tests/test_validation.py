@@ -357,6 +357,13 @@ def test_a_fused_moe_call_is_priced_by_hand(tmp_path):
     assert fp8.expert_mb == pytest.approx(weights / 2 / 1e6)
     fp8_acts = acts - pairs * 1024 - pairs * 512  # each GEMM reads its input rows in FP8 (1 byte, not 2)
     assert fp8.predicted_us == pytest.approx((weights / 2 + fp8_acts) / (3350e9 * 0.80) * 1e6 + 8 * 1.3 + 6 * 3.0)
+    # streaming_kernel_us: once per kernel that is not small (the w13 and w2 GEMMs)
+    from dataclasses import replace
+
+    from simspec.kernel_validation import default_efficiencies
+    ramp = replace(default_efficiencies(), streaming_kernel_us=2.0)
+    ramped = predict_table(load_table(_table(tmp_path, "timed")), eff=ramp).points[0]
+    assert ramped.predicted_us - timed.predicted_us == pytest.approx(2 * 2.0)
 
 
 def test_points_whose_experts_fit_in_l2_are_listed_but_not_compared(tmp_path):
@@ -481,7 +488,7 @@ def test_a_gemm_is_priced_as_the_forward_prices_a_weight_group(tmp_path):
     one, many = predict_table(load_table(_gemm_table(tmp_path, "g"))).points
     assert one.predicted_us == pytest.approx(weight * 2 / (4800e9 * 0.80) * 1e6 + 1.3)
     assert many.predicted_us == pytest.approx(2 * weight * 256 / (989e12 * 0.70) * 1e6 + 1.3)
-    assert one.shape == "4096x4096" and one.size == 1 and one.compared
+    assert one.shape == "4096x4096" and one.size == 1
     fp8_one, _ = predict_table(load_table(_gemm_table(tmp_path, "f", weights="fp8"))).points
     assert fp8_one.predicted_us == pytest.approx(weight / (4800e9 * 0.80) * 1e6 + 1.3)
     from dataclasses import replace
@@ -495,10 +502,41 @@ def test_a_gemm_is_priced_as_the_forward_prices_a_weight_group(tmp_path):
     ({"points": [{"k": 8, "n": 8, "m": 0, "us": 1.0}]}, "points"),
     ({"points": [{"k": 8, "n": 8, "m": 1, "us": 1.0}, {"k": 8, "n": 8, "m": 1, "us": 2.0}]}, "points"),
     ({"points": [{"k": 8, "n": 8, "m": 1}]}, "points"),
+    ({"points": [{"k": 10**400, "n": 8, "m": 1, "us": 1.0}]}, "points"),
+    ({"points": [{"k": 8, "n": 8, "m": 1, "us": True}]}, "points"),
+    ({"points": [{"k": 8, "n": 8, "m": 1, "us": float("inf")}]}, "points"),
 ])
 def test_bad_gemm_tables_exit_2_naming_the_field(tmp_path, change, needle):
     _gemm_table(tmp_path, "g", **change)
     _assert_exit_2_naming(tmp_path, "g.yaml", needle)
+
+
+def test_the_checked_in_gemm_tables_are_what_the_converter_writes_from_the_checked_in_result(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import kernel_floor_tables as conv
+
+    raw = ROOT / "calibration" / "measurements" / "h200-kernel-floors-2026-12-04.json"
+    assert conv.main([str(raw), "--gpu", "h200-sxm", "--prefix", "simspec-h200", "--out", str(tmp_path)]) == 0
+    for name in ("simspec-h200-gemm-bf16.yaml", "simspec-h200-gemm-fp8.yaml"):
+        assert (tmp_path / name).read_text() == (VALIDATION / "kernels" / name).read_text(), name
+
+
+@pytest.mark.parametrize(("result", "args", "needle"), [
+    ({"gemm_bf16": []}, [], "environment"),
+    ({"environment": {"gpu": "x", "date": "2026-12-04", "torch": "2", "cuda": "13"}}, [], "no timed GEMM"),
+    ({"environment": {"gpu": "x", "date": "2026-12-04", "torch": "2", "cuda": "13"}}, ["--gpu", "h999"], "--gpu"),
+    ([1, 2], [], "JSON object"),
+])
+def test_the_converter_refuses_bad_input_with_exit_2(tmp_path, monkeypatch, capsys, result, args, needle):
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import kernel_floor_tables as conv
+
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(result))
+    argv = [str(src), "--gpu", "h200-sxm", "--prefix", "x", "--out", str(tmp_path), *args]
+    assert conv.main(argv) == 2
+    assert needle in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.yaml"))
 
 
 def test_the_gemm_tables_are_written_from_a_bench_result_keeping_batches_1_64_256(tmp_path, monkeypatch):
