@@ -32,17 +32,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
 import torch
 import torch.nn.functional as F
+from cupti_trace import kernel_events
 
 
 def replay_us(graph: torch.cuda.CUDAGraph, replays: int) -> list[float]:
@@ -80,21 +79,7 @@ def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
 
 def trace_kernels(run) -> list[tuple[float, float]]:
     """(start us, duration us) of every GPU kernel `run()` launches, from a torch profiler (CUPTI) trace."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f).get("traceEvents", [])
-    os.unlink(path)
-    kernels = sorted((float(e["ts"]), float(e["dur"])) for e in events
-                     if e.get("cat") == "kernel" and "dur" in e)
-    return kernels
+    return [(float(e["ts"]), float(e["dur"])) for e in kernel_events(run, with_cpu=True)]
 
 
 def split_trace(kernels: list[tuple[float, float]]) -> dict:

@@ -13,27 +13,18 @@ unknown GPU preset) is refused with exit code 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import yaml
+from table_inputs import read_result, repo_path, unknown_gpu
 
 BATCHES = (1, 64, 256)
-ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENT_KEYS = ("gpu", "date", "torch", "cuda")
 
 
-class BadResult(Exception):
+class BadResult(ValueError):
     pass
-
-
-def _citation_path(path: Path) -> str:
-    """The result's path as the repository names it (tests check that a table's raw result is checked in)."""
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def tables(result: dict, gpu: str, prefix: str, source: str) -> dict[str, dict]:
@@ -88,18 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefix", required=True, help="table id prefix")
     p.add_argument("--out", required=True, help="folder to write the tables to")
     args = p.parse_args(argv)
-    from simspec.presets import gpus
-
-    if args.gpu not in gpus():
-        print(f"error: --gpu: unknown GPU preset {args.gpu!r}; allowed: {', '.join(sorted(gpus()))}", file=sys.stderr)
+    if (bad := unknown_gpu(args.gpu)) is not None:
+        print(bad, file=sys.stderr)
         return 2
     path = Path(args.result)
     try:
-        result = json.loads(path.read_text())
-        if not isinstance(result, dict):
-            raise BadResult("is not a kernel_floor_bench.py result (a JSON object)")
-        written = tables(result, args.gpu, args.prefix, _citation_path(path))
-    except (OSError, json.JSONDecodeError, BadResult) as err:
+        written = tables(read_result(path, "kernel_floor_bench.py"), args.gpu, args.prefix, repo_path(path))
+    except (OSError, ValueError) as err:
         print(f"error: {path}: {err}", file=sys.stderr)
         return 2
     for name, table in written.items():
