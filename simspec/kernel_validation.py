@@ -15,6 +15,10 @@ over the experts the tokens touch, and the boundaries and floors of the kernels 
 (presets/kernels.yaml). Where a table states the kernel's grid (`grid`: SGLang's alignment rule and the tile
 its config printed), the programs that find their row block empty are charged too (forward.MoeGrid).
 
+A table simspec measured itself (calibration/fused_moe_bench.py: SGLang's own fused_experts_impl from a release
+wheel) times only the w13 and w2 GEMM kernels (`timed: gemms`: their rooflines and two boundaries are compared), and
+reads a different copy of the experts in every call (`rotates_weights`: no point runs from L2).
+
 The scripts replay the same routing ten times in a row. When the experts one call touches fit in the GPU's L2
 cache, the later calls read them from L2, which serving never does (every layer has its own experts). Those
 points are listed but not compared: a table names its GPU's L2 size and its source.
@@ -63,6 +67,7 @@ class KernelCount(NamedTuple):
 # times the routing: the router GEMM (its input is the gating output, made outside the call) and the top-k.
 ROUTER_GEMM = KernelCount(boundaries=1, small=0)
 TOP_K = KernelCount(boundaries=1, small=1)
+MOE_GEMMS = ("w13", "w2")  # forward.ForwardModel.moe_kernels' GEMMs
 
 
 class MoeShape(StrictModel):
@@ -115,6 +120,11 @@ class FusedMoeTable(_Table):
     l2_cache_mb: float = Field(gt=0, description="the GPU's L2: points whose touched experts fit are not compared")
     l2_source: str = Field(description="where the L2 size comes from (informational)")
     points: list[tuple[int, float]] = Field(min_length=1, description="(tokens, microseconds per call)")
+    timed: Literal["call", "gemms"] = Field(default="call", description="call: the whole call, as the tuning scripts "
+                                                                        "time it; gemms: the w13 and w2 GEMM kernels "
+                                                                        "alone (their durations in a profiler trace)")
+    rotates_weights: StrictBool = Field(default=False, description="each call reads its own copy of the experts "
+                                                                   "(none runs from L2: every point is compared)")
 
 
 class BusBandwidthCurve(StrictModel):
@@ -288,12 +298,15 @@ def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None =
     boundaries, small = part_kernels("moe", shape.weights)
     boundaries -= ROUTER_GEMM.boundaries + (0 if table.routing_timed else TOP_K.boundaries)
     small -= ROUTER_GEMM.small + (0 if table.routing_timed else TOP_K.small)
+    only = None
+    if table.timed == "gemms":  # the two GEMM kernels, each with its boundary; nothing small
+        boundaries, small, only = len(MOE_GEMMS), 0, MOE_GEMMS
     points = []
     for tokens, measured in table.points:
         touched = distinct_experts(shape.experts, shape.experts_per_token, tokens, tokens, 0.0)
         expert_mb = touched * stack.expert_bytes_per_gpu / 1e6
-        points.append(KernelPoint(tokens, measured, model.fused_moe_call_us(tokens, boundaries, small), expert_mb,
-                                  compared=expert_mb > table.l2_cache_mb))
+        points.append(KernelPoint(tokens, measured, model.fused_moe_call_us(tokens, boundaries, small, only),
+                                  expert_mb, compared=table.rotates_weights or expert_mb > table.l2_cache_mb))
     return TableResult(table, file, points)
 
 

@@ -366,6 +366,23 @@ def test_a_fused_moe_call_is_priced_by_hand(tmp_path):
     assert ramped.predicted_us - timed.predicted_us == pytest.approx(2 * 2.0)
 
 
+def test_a_table_of_the_two_gemm_kernels_is_priced_by_their_rooflines_and_boundaries_alone(tmp_path):
+    """`timed: gemms`: the w13 and w2 kernels of the hand-priced call above, each with one boundary, no small
+    kernels; a table whose calls each read their own copy of the experts compares every point, L2 or not."""
+    from simspec.kernel_validation import load_table, predict_table
+
+    weights = 2 * 3 * 1024 * 512 * 2
+    pairs = 2
+    w13 = weights * 2 / 3 + pairs * 2 * (1024 + 2 * 512)
+    w2 = weights / 3 + pairs * 2 * (512 + 1024)
+    gemms = predict_table(load_table(_table(tmp_path, "g", timed="gemms", l2_cache_mb=100.0))).points[0]
+    assert gemms.predicted_us == pytest.approx((w13 + w2) / (3350e9 * 0.80) * 1e6 + 2 * 1.3)
+    assert not gemms.compared  # 6.3 MB of experts in a 100 MB L2
+    rotated = predict_table(load_table(_table(tmp_path, "r", timed="gemms", l2_cache_mb=100.0,
+                                              rotates_weights=True))).points[0]
+    assert rotated.compared and rotated.predicted_us == gemms.predicted_us
+
+
 def test_points_whose_experts_fit_in_l2_are_listed_but_not_compared(tmp_path):
     """The benchmarks replay one routing ten times: experts that fit in L2 are read from it after the first call."""
     _table(tmp_path, "t", l2_cache_mb=10.0, points=[[1, 1.0], [8, 40.0]])  # 1 token: 6.3 MB, 8 tokens: 22.6 MB
@@ -419,6 +436,8 @@ def test_an_all_reduce_table_predicts_one_group_size_from_another(tmp_path):
     ({"shape": {"experts": 8, "experts_per_token": 9, "hidden_size": 8, "intermediate_per_gpu": 8,
                 "weights": "bf16"}}, "experts_per_token"),
     ({"routing_timed": "yes"}, "routing_timed"),
+    ({"timed": "kernels"}, "timed"),
+    ({"rotates_weights": "yes"}, "rotates_weights"),
 ])
 def test_bad_kernel_tables_exit_2_naming_the_field(tmp_path, change, needle):
     _table(tmp_path, "k", **change)
@@ -457,7 +476,7 @@ def test_the_kernel_tables_are_cited():
     assert len(files) >= 5
     for f in files:
         t = load_table(f)
-        if t.kernel == "gemm":
+        if t.source.citation.startswith("measured by simspec"):
             raw = t.source.citation.split("raw result ")[-1].strip()
             assert raw.startswith("calibration/measurements/") and (ROOT / raw).is_file(), f.name
             continue
@@ -509,6 +528,24 @@ def test_a_gemm_is_priced_as_the_forward_prices_a_weight_group(tmp_path):
 def test_bad_gemm_tables_exit_2_naming_the_field(tmp_path, change, needle):
     _gemm_table(tmp_path, "g", **change)
     _assert_exit_2_naming(tmp_path, "g.yaml", needle)
+
+
+def test_the_checked_in_fused_moe_tables_are_what_their_converter_writes_from_the_checked_in_results(tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import fused_moe_tables as conv
+
+    measured = sorted((ROOT / "calibration" / "measurements").glob("h200-fused-moe-*.json"))
+    assert len(measured) == 4
+    for raw in measured:
+        table_id = "simspec-h200-fused-moe-" + raw.stem.removeprefix("h200-fused-moe-").removesuffix("-2026-12-04")
+        assert conv.main([str(raw), "--gpu", "h200-sxm", "--id", table_id, "--out", str(tmp_path)]) == 0
+        assert (tmp_path / f"{table_id}.yaml").read_text() == (VALIDATION / "kernels" / f"{table_id}.yaml").read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"wheel": "w"}))
+    assert conv.main([str(bad), "--gpu", "h200-sxm", "--id", "x", "--out", str(tmp_path)]) == 2
+    assert conv.main([str(measured[0]), "--gpu", "h999", "--id", "x", "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "x.yaml").exists()
 
 
 def test_the_checked_in_gemm_tables_are_what_the_converter_writes_from_the_checked_in_result(tmp_path, monkeypatch):

@@ -321,10 +321,10 @@ class ForwardModel:
             return routed
         return routed + distinct_experts(st.shared_expert_copies, 1, shape.real_tokens, shape.real_tokens, 0.0)
 
-    def _moe(self, shape: ForwardShape) -> tuple[float, float]:
+    def _moe(self, shape: ForwardShape, only: tuple[str, ...] | None = None) -> tuple[float, float]:
         """(compute s, roofline s) of the routed experts: each kernel of moe_kernels at its own roofline, the GEMMs
-        at the small-tile rate where that applies (module docstring)."""
-        kernels = self.moe_kernels(shape)
+        at the small-tile rate where that applies (module docstring). `only`: those kernels of moe_kernels alone."""
+        kernels = [k for k in self.moe_kernels(shape) if only is None or k[0] in only]
         tiles = self._small_tiles
         rate = self._peak[self.stack.expert_compute] * self.eff.compute
         if tiles is not None and shape.tokens <= tiles.max_tokens:
@@ -342,15 +342,16 @@ class ForwardModel:
                                                              self._touched_experts(shape), round(self._expert_width),
                                                              st.hidden_size)
 
-    def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int) -> float:
+    def fused_moe_call_us(self, tokens: int, boundaries: int, small_kernels: int,
+                          only: tuple[str, ...] | None = None) -> float:
         """One call of the routed experts over `tokens` independent tokens (each its own sequence), as a
         microbenchmark of the fused MoE times it inside a CUDA graph: the four kernels of moe_kernels at their
-        rooflines, plus `boundaries` kernel launches of which `small_kernels` move almost no bytes (the caller
-        counts what its benchmark launches). The same terms a decode forward charges per MoE layer
-        (simspec.kernel_validation)."""
+        rooflines (or the `only` ones), plus `boundaries` kernel launches of which `small_kernels` move almost no
+        bytes (the caller counts what its benchmark launches). The same terms a decode forward charges per MoE
+        layer (simspec.kernel_validation)."""
         shape = ForwardShape(num_seqs=tokens, tokens=tokens, real_seqs=tokens, real_tokens=tokens,
                              logit_tokens=tokens, graph=True)
-        rooflines_s, _ = self._moe(shape)
+        rooflines_s, _ = self._moe(shape, only)
         eff = self.eff
         return (rooflines_s * 1e6 + boundaries * eff.kernel_gap_graph_us + small_kernels * eff.small_kernel_us
                 + (boundaries - small_kernels) * eff.streaming_kernel_us)

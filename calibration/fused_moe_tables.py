@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""A fused-MoE kernel table (validation/kernels, `timed: gemms`) from a fused_moe_bench.py result.
+
+    python calibration/fused_moe_tables.py calibration/measurements/RESULT.json --gpu h200-sxm \
+        --id simspec-h200-fused-moe-... --out validation/kernels
+
+Each point is the median w13 GEMM plus the median w2 GEMM of one call at that token count (their kernel durations
+in a profiler trace). The table says where it comes from and carries no prediction. Bad input is refused with exit
+code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+from table_inputs import read_result, repo_path, unknown_gpu
+
+KEYS = ("wheel", "gpu", "torch", "triton", "date", "shape", "points", "copies", "calls")
+
+
+def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float) -> dict:
+    missing = [k for k in KEYS if k not in result]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)} (fused_moe_bench.py writes them)")
+    shape = result["shape"]
+    points = [(p["tokens"], round(sum(p["gemm_us"]), 3)) for p in result["points"]
+              if len(p.get("gemm_us", [])) == 2]
+    if not points:
+        raise ValueError("points: no call with its two GEMM kernels timed")
+    configs = sorted({json.dumps(p.get("config"), sort_keys=True) for p in result["points"] if p.get("config")})
+    downs = sorted({json.dumps(p.get("down_config"), sort_keys=True) for p in result["points"]
+                    if p.get("down_config")})
+    shared = " (the last a fused shared expert every token routes to)" if shape.get("fused_shared_expert") else ""
+    return {
+        "id": table_id,
+        "title": f"SGLang's Triton fused MoE, w13 + w2 GEMM kernels, {result['wheel']}'s code and configs, E "
+                 f"{shape['experts']}, top {shape['top_k']}, hidden {shape['hidden']}, N {shape['intermediate']}, "
+                 f"block FP8, one {result['gpu']}",
+        "source": {"citation": f"measured by simspec: calibration/fused_moe_bench.py on one {result['gpu']} "
+                               f"({result['date']}, torch {result['torch']}, Triton {result['triton']}); raw result "
+                               f"{source}",
+                   "accessed": result["date"][:10]},
+        "kernel": "fused_moe",
+        "gpu": gpu,
+        "shape": {"experts": shape["experts"], "experts_per_token": shape["top_k"], "hidden_size": shape["hidden"],
+                  "intermediate_per_gpu": shape["intermediate"], "weights": "fp8-block128"},
+        "routing_timed": False,
+        "config": "tuned",
+        "timed": "gemms",
+        "rotates_weights": True,
+        "l2_cache_mb": l2_mb,
+        "l2_source": "measured: CUDA reports 62,914,560 bytes of L2 on one H200 (calibration/kernel_floor_bench.py); "
+                     "not used here: every call reads its own copy of the experts",
+        "assumptions": [
+            f"{shape['experts']} experts{shared}; each call routes every token at random over its own copy of all "
+            f"experts' weights ({result['copies']} copies in turn), so the experts it touches are read from DRAM; "
+            f"median over {result['calls']} calls",
+            "the release's fused_experts_impl from its wheel, with SGLang's server imports replaced by stand-ins "
+            "(sgl_kernel's alignment, activation quantisation, SiLU and sum as torch code, not timed here)",
+            "configs the release loaded: " + "; ".join(configs) + ("; down: " + "; ".join(downs) if downs else ""),
+            "the model's touched experts assume uniform routing over all experts; with a fused shared expert the "
+            "real count is a few percent lower at 16-64 tokens",
+        ],
+        "points": points,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("result", help="fused_moe_bench.py's JSON")
+    p.add_argument("--gpu", required=True, help="simspec GPU preset the result was measured on")
+    p.add_argument("--id", required=True, help="table id (and file name)")
+    p.add_argument("--out", required=True, help="folder to write the table to")
+    p.add_argument("--l2-mb", type=float, default=62.9, help="the GPU's L2 (informational here)")
+    args = p.parse_args(argv)
+    if (bad := unknown_gpu(args.gpu)) is not None:
+        print(bad, file=sys.stderr)
+        return 2
+    path = Path(args.result)
+    try:
+        data = table(read_result(path, "fused_moe_bench.py"), args.gpu, args.id, repo_path(path), args.l2_mb)
+    except (OSError, ValueError) as err:
+        print(f"error: {path}: {err}", file=sys.stderr)
+        return 2
+    head = {k: v for k, v in data.items() if k != "points"}
+    out = Path(args.out) / f"{args.id}.yaml"
+    out.write_text(yaml.safe_dump(head, sort_keys=False, width=116)
+                   + "points: [" + ", ".join(f"[{t}, {us}]" for t, us in data["points"]) + "]  # (tokens, us)\n")
+    print(f"wrote {out} ({len(data['points'])} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
