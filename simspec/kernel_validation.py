@@ -336,6 +336,15 @@ def summary(results: list[TableResult]) -> dict[str, Any]:
     }
 
 
+def kind(table: KernelTable) -> str:
+    """What a table times, for listings."""
+    if isinstance(table, FusedMoeTable):
+        return f"fused MoE, {table.config} tiles"
+    if isinstance(table, GemmTable):
+        return f"dense GEMM, {table.weights}"
+    return "all-reduce"
+
+
 def hardware(table: KernelTable) -> str:
     """What a table ran on, for listings: the GPU preset, or the GPU counts of an all-reduce."""
     if isinstance(table, AllReduceTable):

@@ -185,7 +185,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             for r in tables:
                 errs = [p.error_pct for p in r.compared]
                 span = f"{min(errs):+.0f}..{max(errs):+.0f}%" if errs else ""
-                k.add_row(escape(r.table.id) + (" (fitted)" if r.table.fitted else ""), _kernel_kind(r.table),
+                k.add_row(escape(r.table.id) + (" (fitted)" if r.table.fitted else ""), kv.kind(r.table),
                           escape(kv.hardware(r.table)),
                           f"{len(r.compared)} of {len(r.points)}", pct(r.mape_pct), span)
             console.print(k)
@@ -219,15 +219,6 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         fail(InputError(_failed_text(failed)))
     if plot_failed:
         sys.exit(2)
-
-
-def _kernel_kind(table) -> str:
-    """What a kernel table times, for the listing."""
-    if table.kernel == "fused_moe":
-        return f"fused MoE, {table.config} tiles"
-    if table.kernel == "gemm":
-        return f"dense GEMM, {table.weights}"
-    return "all-reduce"
 
 
 def _failed_text(failed: list) -> str:
