@@ -17,60 +17,17 @@ batch (Qwen3-30B-A3B on one H200 or H20 at batch 1, Qwen3-235B on 8 H20, DeepSee
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-import yaml
-from scipy.optimize import minimize_scalar
-
-from simspec import kernel_validation as kv
-from simspec.calibration.fitting import check_minimum
+from kernel_table_fit import TableFit
 
 ROOT = Path(__file__).resolve().parent.parent
-NAME = "moe_empty_block_us"
-TABLE = ROOT / "validation" / "kernels" / "sglang6825-qwen3-30b-a3b-bf16-a100-pcie-40gb.yaml"
-DEFAULTS = ROOT / "simspec" / "presets" / "defaults.yaml"
-BOUND_US = 0.1  # 100 ns an empty program would be a full kernel launch per program, not an early return
-DECIMALS = 4
-CHECK_STEP = 0.0002  # --check: the checked-in value must beat its neighbours this far away
-
-
-def objective(value: float, table: kv.FusedMoeTable) -> float:
-    """Sum over the table's compared points of log(predicted / measured)^2 with the coefficient at `value`."""
-    if not 0.0 <= value <= BOUND_US:
-        return math.inf
-    eff = replace(kv.default_efficiencies(), moe_empty_block_us=value)
-    result = kv.predict_table(table, eff=eff)
-    return sum(math.log(p.predicted_us / p.measured_us) ** 2 for p in result.compared)
-
-
-def checked_in() -> float:
-    return float(yaml.safe_load(DEFAULTS.read_text())[NAME]["value"])
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true",
-                    help="verify that defaults.yaml's value minimises the fit objective (cheap: three evaluations)")
-    args = ap.parse_args()
-    table = kv.load_table(TABLE)
-    assert isinstance(table, kv.FusedMoeTable) and table.grid is not None and table.fitted
-    if args.check:
-        return check_minimum(lambda x: objective(x[0], table), (NAME,), (checked_in(),), (CHECK_STEP,), DEFAULTS,
-                             "rerun this script and set the value it prints")
-    res = minimize_scalar(lambda x: objective(x, table), bounds=(0.0, BOUND_US), method="bounded",
-                          options={"xatol": 1e-6})
-    value = round(float(res.x), DECIMALS)
-    for label, x in (("unset (0)", 0.0), (f"fitted {value}", value)):
-        eff = replace(kv.default_efficiencies(), moe_empty_block_us=x)
-        errors = " / ".join(f"{p.error_pct:+.1f}%" for p in kv.predict_table(table, eff=eff).compared)
-        print(f"{label}: squared log error {objective(x, table):.4f}; errors by size {errors}")
-    print(f"{NAME}: {value}  (set it in {DEFAULTS.relative_to(ROOT)})")
-    return 0
-
+FIT = TableFit(
+    name="moe_empty_block_us",
+    table=ROOT / "validation" / "kernels" / "sglang6825-qwen3-30b-a3b-bf16-a100-pcie-40gb.yaml",
+    bounds=(0.0, 0.1),  # 100 ns an empty program would be a full kernel launch per program, not an early return
+    decimals=4, check_step=0.0002, unset=0.0)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(FIT.main(__doc__.splitlines()[0]))
