@@ -13,16 +13,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 import yaml
 from table_inputs import read_result, repo_path, unknown_gpu
 
+from simspec.scenario.releases import release_key, tight_moe_align
+
 KEYS = ("wheel", "gpu", "torch", "triton", "date", "shape", "points", "copies", "calls")
 
 
-def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float) -> dict:
+def grid(result: dict) -> dict:
+    """The kernel's grid as the release sized it: its alignment rule (tight from 0.5.7) and the w13 tile each call
+    size's config gave, and the w2 call's where the release loaded a down config."""
+    match = re.match(r"sglang-(\d+\.\d+\.\d+(?:\.post\d+)?)-", result["wheel"])
+    if match is None:
+        raise ValueError(f"wheel: {result['wheel']!r} is not an SGLang wheel's file name")
+    tight = tight_moe_align(release_key(match.group(1))[:2])
+    timed = [p for p in result["points"] if len(p.get("gemm_us", [])) == 2]
+    tiles = [[p["tokens"], p["config"]["BLOCK_SIZE_M"], p["config"]["BLOCK_SIZE_N"]] for p in timed]
+    downs = [[p["tokens"], p["down_config"]["BLOCK_SIZE_M"], p["down_config"]["BLOCK_SIZE_N"]] for p in timed
+             if p.get("down_config")]
+    return {"rows": "tight" if tight else "worst_case", "tiles": tiles, **({"down_tiles": downs} if downs else {})}
+
+
+def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, fitted_by: str | None = None) -> dict:
     missing = [k for k in KEYS if k not in result]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (fused_moe_bench.py writes them)")
@@ -50,6 +67,7 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float) -> d
                   "intermediate_per_gpu": shape["intermediate"], "weights": "fp8-block128"},
         "routing_timed": False,
         "config": "tuned",
+        "grid": grid(result),
         "timed": "gemms",
         "rotates_weights": True,
         "l2_cache_mb": l2_mb,
@@ -64,7 +82,10 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float) -> d
             "configs the release loaded: " + "; ".join(configs) + ("; down: " + "; ".join(downs) if downs else ""),
             "the model's touched experts assume uniform routing over all experts; with a fused shared expert the "
             "real count is a few percent lower at 16-64 tokens",
+            *([f"fitted: {fitted_by} fits a coefficient to this table; its points are reported apart"]
+              if fitted_by else []),
         ],
+        **({"fitted": True} if fitted_by else {}),
         "points": points,
     }
 
@@ -76,19 +97,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--id", required=True, help="table id (and file name)")
     p.add_argument("--out", required=True, help="folder to write the table to")
     p.add_argument("--l2-mb", type=float, default=62.9, help="the GPU's L2 (informational here)")
+    p.add_argument("--fitted-by", metavar="SCRIPT", help="mark the table fitted: SCRIPT fits a coefficient to it")
     args = p.parse_args(argv)
     if (bad := unknown_gpu(args.gpu)) is not None:
         print(bad, file=sys.stderr)
         return 2
     path = Path(args.result)
     try:
-        data = table(read_result(path, "fused_moe_bench.py"), args.gpu, args.id, repo_path(path), args.l2_mb)
+        data = table(read_result(path, "fused_moe_bench.py"), args.gpu, args.id, repo_path(path), args.l2_mb,
+                     args.fitted_by)
     except (OSError, ValueError) as err:
         print(f"error: {path}: {err}", file=sys.stderr)
         return 2
-    head = {k: v for k, v in data.items() if k != "points"}
+    keys = list(data)
+    cut = keys.index("grid")
+    before, after = ({k: data[k] for k in part} for part in (keys[:cut], keys[cut + 1:-1]))
     out = Path(args.out) / f"{args.id}.yaml"
-    out.write_text(yaml.safe_dump(head, sort_keys=False, width=116)
+    out.write_text(yaml.safe_dump(before, sort_keys=False, width=116)
+                   + yaml.safe_dump({"grid": data["grid"]}, sort_keys=False, width=116, default_flow_style=None)
+                   + yaml.safe_dump(after, sort_keys=False, width=116)
                    + "points: [" + ", ".join(f"[{t}, {us}]" for t, us in data["points"]) + "]  # (tokens, us)\n")
     print(f"wrote {out} ({len(data['points'])} points)")
     return 0

@@ -16,8 +16,10 @@ over the experts the tokens touch, and the boundaries and floors of the kernels 
 its config printed), the programs that find their row block empty are charged too (forward.MoeGrid).
 
 A table simspec measured itself (calibration/fused_moe_bench.py: SGLang's own fused_experts_impl from a release
-wheel) times only the w13 and w2 GEMM kernels (`timed: gemms`: their rooflines and two boundaries are compared), and
-reads a different copy of the experts in every call (`rotates_weights`: no point runs from L2).
+wheel) times only the w13 and w2 GEMM kernels (`timed: gemms`: their rooflines and two boundaries are compared),
+reads a different copy of the experts in every call (`rotates_weights`: no point runs from L2), and names the tile
+its release loaded at each size (`grid.tiles`, `grid.down_tiles`), which sets how many programs stream the experts
+(forward.MoeGrid.working_programs).
 
 The scripts replay the same routing ten times in a row. When the experts one call touches fit in the GPU's L2
 cache, the later calls read them from L2, which serving never does (every layer has its own experts). Those
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
@@ -102,8 +104,29 @@ class KernelGrid(StrictModel):
     tile (for a 128-expert table ~35 programs, ~0.07 us a call: not told apart)."""
 
     rows: Literal["worst_case", "tight"] = Field(description="SGLang's alignment rule: before 0.5.7 or from it")
-    block_m: StrictInt = Field(ge=1, le=256)
-    block_n: StrictInt = Field(ge=1, le=256)
+    block_m: StrictInt | None = Field(default=None, ge=1, le=256, description="the tile at every size")
+    block_n: StrictInt | None = Field(default=None, ge=1, le=256)
+    tiles: list[tuple[Annotated[StrictInt, Field(ge=1)], Annotated[StrictInt, Field(ge=1, le=256)],
+                      Annotated[StrictInt, Field(ge=1, le=256)]]] | None = Field(
+        default=None, min_length=1, description="(tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) of the w13 call at each size, "
+                                                "where the config's tile changes with size")
+    down_tiles: list[tuple[Annotated[StrictInt, Field(ge=1)], Annotated[StrictInt, Field(ge=1, le=256)],
+                           Annotated[StrictInt, Field(ge=1, le=256)]]] | None = Field(
+        default=None, min_length=1, description="the same for the w2 call, where the release loaded a down config")
+
+    @model_validator(mode="after")
+    def _one_tile_rule(self) -> KernelGrid:
+        one = self.block_m is not None and self.block_n is not None
+        if (self.tiles is None) != one or (self.tiles is not None and (self.block_m, self.block_n) != (None, None)):
+            raise ValueError("give block_m and block_n (one tile at every size) or tiles (one per size), not both")
+        return self
+
+    def tile_entries(self) -> tuple[tuple[int, int, int], ...]:
+        """MoeGrid's tiles: one entry stands for every size."""
+        if self.tiles is not None:
+            return tuple(self.tiles)
+        assert self.block_m is not None and self.block_n is not None
+        return ((1, self.block_m, self.block_n),)
 
 
 class FusedMoeTable(_Table):
@@ -291,8 +314,8 @@ def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None =
     # no small-tile rate (forward.moe_small_tiles): no table is of a GPU that has one; a table on the H20 would
     # have to say which config tiles its benchmark ran
     # the tile the table's source printed, at every size
-    grid = (MoeGrid(table.grid.rows == "tight", shape.experts, shape.weights,
-                    ((1, table.grid.block_m, table.grid.block_n),)) if table.grid is not None else None)
+    grid = (MoeGrid(table.grid.rows == "tight", shape.experts, shape.weights, table.grid.tile_entries(),
+                    down_tiles=tuple(table.grid.down_tiles or ())) if table.grid is not None else None)
     model = ForwardModel(stack, gpus()[table.gpu], None, eff or default_efficiencies(),  # type: ignore[arg-type]
                          moe_grid=grid)
     boundaries, small = part_kernels("moe", shape.weights)

@@ -101,11 +101,13 @@ def test_the_default_is_the_fit_to_the_a100_table_which_is_marked_fitted_and_kep
 
     results = kv.run_tables(kv.kernel_files(ROOT / "validation"))
     fitted = [r for r in results if r.table.fitted]
-    assert [r.table.id for r in fitted] == ["sglang6825-qwen3-30b-a3b-bf16-a100-pcie-40gb"]
+    # and the H200 table moe_program_gbps was fitted to (tests/test_moe_programs.py)
+    assert [r.table.id for r in fitted] == ["sglang6825-qwen3-30b-a3b-bf16-a100-pcie-40gb",
+                                            "simspec-h200-fused-moe-dsv3-tp8-sglang057"]
     s = kv.summary(results)
     rest = [abs(p.error_pct) for r in results if not r.table.fitted for p in r.compared]
     assert s["mape_pct"] == pytest.approx(sum(rest) / len(rest))
-    assert s["points_fitted"] == len(fitted[0].compared)
+    assert s["points_fitted"] == sum(len(r.compared) for r in fitted)
 
 
 def _suite(tmp_path: Path, **table_changes) -> Path:
@@ -186,16 +188,47 @@ def test_every_tile_file_names_a_gpu_preset_and_a_weight_format(monkeypatch):
     bad = {"0.4.6": {"source": "t", "files": [{"gpu": "h200", "experts": 128, "n": 768, "weights": "bf16",
                                                "file": "x.json", "tiles": [[1, 16, 64]]}]}}
     monkeypatch.setattr(presets, "_load", lambda name: bad if name == "fused_moe_tiles.yaml" else real(name))
-    presets._fused_moe_tile_files.cache_clear()
     presets.fused_moe_tiles.cache_clear()
     with pytest.raises(ValueError, match="'h200'"):
         presets.fused_moe_tiles()
     monkeypatch.setattr(presets, "_load", real)
-    presets._fused_moe_tile_files.cache_clear()
     presets.fused_moe_tiles.cache_clear()
     tiles = presets.fused_moe_tiles()
-    assert set(tiles) == {"0.4.6", "0.5.8"}
+    assert {"0.4.6", "0.5.8", "0.5.9", "0.5.12"} <= set(tiles)
     assert tiles["0.4.6"][("h200-sxm", 128, 768, "bf16")].tiles[0] == (1, 16, 64)
+
+
+def test_a_later_section_is_the_one_before_it_with_its_changes():
+    """Sections after 0.5.8 list only what changed; each loads whole. Reading 0.5.9-0.5.23 with each release's own
+    lookup (its pinned torch's Triton folder first; the fixed fallback list through 0.5.11, every shipped folder
+    from 0.5.12): DeepSeek-V3's E=257 H200 file moves to 64-column tiles with a down file in 0.5.9, back to 0.5.8's
+    in 0.5.11 (Triton 3.6.0's folder lacks it and the fixed list skips 3.5.1), and to the 64-column one from 0.5.12."""
+    tiles = presets.fused_moe_tiles()
+    key = ("h200-sxm", 257, 256, "fp8-block128")
+    assert tiles["0.5.8"][key].tiles[0] == (1, 16, 128) and tiles["0.5.8"][key].down_tiles is None
+    assert tiles["0.5.9"][key].tiles[0] == (1, 16, 64) and tiles["0.5.9"][key].down_tiles[0] == (1, 16, 128)
+    assert tiles["0.5.11"][key].tiles[0] == (1, 16, 128) and tiles["0.5.11"][key].down_tiles is None
+    assert tiles["0.5.12"][key].tiles[0] == (1, 16, 64)
+    unchanged = ("h200-sxm", 128, 768, "fp8-block128")
+    assert all(tiles[r][unchanged] == tiles["0.5.8"][unchanged] for r in tiles if r != "0.4.6")
+    sections = list(tiles)
+    assert releases.fused_moe_tile_release((5, 4), sections) == "0.5.8"
+    assert releases.fused_moe_tile_release((5, 10), sections) == "0.5.9"
+    assert releases.fused_moe_tile_release((5, 12), sections) == "0.5.12"
+    assert releases.fused_moe_tile_release((4, 6), sections) == "0.4.6"
+    assert releases.fused_moe_tile_release((4, 4), sections) is None
+
+
+def test_w2_takes_its_down_files_columns_and_w13s_rows():
+    grid = MoeGrid(True, 257, "fp8-block128", ((1, 16, 64),), down_tiles=((1, 16, 128), (32, 16, 256)))
+    assert grid.down_block_n(1) == 128 and grid.down_block_n(30) == 256
+    assert grid.working_programs(1, 9, 9.0, 256, 7168) == {"w13": 9 * 8, "w2": 9 * 56}
+    assert MoeGrid(True, 257, "fp8-block128", ((1, 16, 64),)).down_block_n(1) == 64
+    model = presets.models()["deepseek-v3"]
+    for version, w13, w2 in (((5, 7), 128, 128), ((5, 10), 64, 128), ((5, 11), 128, 128), ((5, 12), 64, 128)):
+        stack = target_stack(model, tp=8, version=version, shared_expert_copies=1)
+        g = moe_grid("h200-sxm", model, stack, version)
+        assert g is not None and (g.tile(1)[1], g.down_block_n(1)) == (w13, w2), version
 
 
 @pytest.mark.parametrize(("change", "needle"), [

@@ -266,27 +266,43 @@ class FusedMoeTileFile(BaseModel):
     tiles: list[tuple[int, int, int]] = Field(min_length=1, description="(tokens key, BLOCK_SIZE_M, BLOCK_SIZE_N)")
     since: str | None = Field(default=None, pattern=r"^0\.\d+\.\d+(\.post\d+)?$",
                               description="0.5.8's files: the first release read that ships it with these tiles")
+    down_file: str | None = None
+    down_tiles: list[tuple[int, int, int]] | None = Field(
+        default=None, min_length=1, description="the w2 (down) GEMM's own file's entries, where the release has one")
 
 
-@cache
-def _fused_moe_tile_files() -> dict[str, list[FusedMoeTileFile]]:
-    out: dict[str, list[FusedMoeTileFile]] = {}
-    for release, body in _load("fused_moe_tiles.yaml").items():
-        files = [FusedMoeTileFile(**f) for f in body["files"]]
-        for f in files:  # a name no preset uses would never be looked up: the default tile would stand in silently
-            if f.gpu not in gpus() or f.weights not in typing.get_args(WeightFormat):
-                raise ValueError(f"fused_moe_tiles.yaml {release} {f.file}: GPU {f.gpu!r} or weights {f.weights!r}"
-                                 " is not a simspec preset name")
-        out[str(release)] = files
+TileKey = tuple[str, int, int, str]  # (GPU preset, E, N, expert weights)
+
+
+def _tile_file(release: str, f: dict) -> FusedMoeTileFile:
+    out = FusedMoeTileFile(**f)
+    # a name no preset uses would never be looked up: the default tile would stand in silently
+    if out.gpu not in gpus() or out.weights not in typing.get_args(WeightFormat):
+        raise ValueError(f"fused_moe_tiles.yaml {release} {out.file}: GPU {out.gpu!r} or weights {out.weights!r}"
+                         " is not a simspec preset name")
     return out
 
 
 @cache
-def fused_moe_tiles() -> dict[str, dict[tuple[str, int, int, str], FusedMoeTileFile]]:
-    """Per release read ("0.4.6", "0.5.8"): (GPU preset, E, N, expert weights) -> the tuned config file, with its
-    tiles by tokens and, for 0.5.8's files, the first release that ships it (`since`)."""
-    return {release: {(f.gpu, f.experts, f.n, f.weights): f for f in files}
-            for release, files in _fused_moe_tile_files().items()}
+def fused_moe_tiles() -> dict[str, dict[TileKey, FusedMoeTileFile]]:
+    """Per release read ("0.4.6", "0.5.8", then each later release whose tiles changed): (GPU preset, E, N, expert
+    weights) -> the tuned config file a call of that shape loads, with its tiles by tokens, its down file's where it
+    has one and, for 0.5.8's files, the first release that ships it (`since`). A later section lists what changed
+    from the one before it; here each is whole."""
+    out: dict[str, dict[TileKey, FusedMoeTileFile]] = {}
+    previous: dict[TileKey, FusedMoeTileFile] = {}
+    for release, body in _load("fused_moe_tiles.yaml").items():
+        release = str(release)
+        if "files" in body:
+            files = {}
+        else:  # changed from the section before
+            files = dict(previous)
+            for gone in body.get("removed", []):
+                files.pop((gone["gpu"], gone["experts"], gone["n"], gone["weights"]))
+        for f in (_tile_file(release, f) for f in body.get("files", body.get("changed", []))):
+            files[(f.gpu, f.experts, f.n, f.weights)] = f
+        out[release] = previous = files
+    return out
 
 
 class KernelCount(BaseModel):

@@ -28,6 +28,7 @@ OTHER_COEFFICIENT_BOUNDS: dict[str, tuple[float, float, str]] = {
     "ngram_cpu_per_request_us": (0.0, 100_000.0, "an n-gram trie lookup per request takes tens of us"),
     "host_per_output_token_us": (0.0, 100_000.0, "host time per output token is 0.2-0.9 ms in the profiles"),
     "moe_empty_block_us": (0.0, 10.0, "a program that returns at once costs a few ns of its call (defaults.yaml)"),
+    "moe_program_gbps": (0.1, 10_000.0, "one fused-MoE program streams ~27 GB/s on an H200 (defaults.yaml)"),
     "moe_routing_locality": (0.0, 1.0, "a fraction"),
     # MiB in use before SGLang sizes its KV cache: the loader also holds it to 25% of the scenario's GPU
     "startup_memory_mib": (0.0, 1_048_576.0, "no GPU has 1 TiB of memory"),

@@ -24,7 +24,8 @@ What differs, by release:
   wgmma: not before 0.5.8; 0.5.8 on the H20 only; from 0.5.9 on every SM90 part (fused_moe_triton_kernels.py
   should_enable_swap_ab, after SGLang PRs #15712 and #16723).
 - which expert shapes have a tuned fused-MoE config, and its tiles (presets/fused_moe_tiles.yaml, by release and
-  from each file's `since`: forward.MoeGrid, whose 16-row range forward.moe_small_tiles reads); and DeepSeek-V3's
+  from each file's `since`; from 0.5.5 a separate file for the w2 GEMM, read from 0.5.8: forward.MoeGrid, whose
+  16-row range forward.moe_small_tiles reads); and DeepSeek-V3's
   shared expert fused into the routed ones where the Triton fused MoE runs (fused_shared_expert_copies): tp copies
   on SM90+ in 0.4.6 (the kernel sees 256 + tp experts), one from 0.5.3 on SM80+ (257), none in 0.4.4.
 - how many row blocks the Triton fused MoE's grid launches at small batch (fused_moe_padded_rows): sized for the
@@ -34,6 +35,7 @@ What differs, by release:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -183,14 +185,18 @@ def auto_tree_is_wide(version: tuple[int, int], architecture: str) -> bool:
 _TIGHT_MOE_ALIGN = (5, 7)
 
 
-def fused_moe_tile_release(version: tuple[int, int]) -> str | None:
-    """The release whose tuned fused-MoE config files (presets/fused_moe_tiles.yaml) stand for this one: 0.4.6.post1's
-    for 0.4.6; 0.5.8's for 0.5.3 on, each file from its `since` on (files added after 0.5.8 are not read; the
-    0.5.3-0.5.7 wheels ship 0.5.8's files byte for byte, less the later ones); None for 0.4.4, whose files were not
-    read (its calls take the default tile)."""
+def fused_moe_tile_release(version: tuple[int, int], sections: Iterable[str]) -> str | None:
+    """The section of presets/fused_moe_tiles.yaml (`sections`, by release) that stands for this release: 0.4.6.post1's
+    for 0.4.6; 0.5.8's for 0.5.3 through 0.5.8, each file from its `since` on (the 0.5.3-0.5.7 wheels ship 0.5.8's
+    files byte for byte, less the later ones); from 0.5.9 the newest section at or before the release (a later
+    section is written where the tiles a release resolves change: calibration/read_fused_moe_tiles.py read 0.5.9
+    through 0.5.23 with each one's own lookup); None for 0.4.4, whose files were not read (the default tile)."""
     if version == (4, 4):
         return None
-    return "0.4.6" if version < CURRENT_RANGE[0] else "0.5.8"
+    if version < CURRENT_RANGE[0]:
+        return "0.4.6"
+    later = [s for s in sections if (5, 8) <= minor_patch(s) <= version]
+    return max(later, key=minor_patch) if later else "0.5.8"
 
 
 # SM100 parts among simspec's GPU presets (is_sm100_supported: compute capability 10.x), by display name

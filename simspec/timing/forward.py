@@ -18,6 +18,12 @@ The fused MoE's grid is sized by its alignment buffer, not by the blocks the rou
 releases.fused_moe_padded_rows): before SGLang 0.5.7 a one-token call launches ~121 row blocks of which 8 hold
 tokens, and every program of the other 113 starts, reads the padded count and returns. Each costs
 moe_empty_block_us of the call (defaults.yaml), a fixed time per layer that no bandwidth sets.
+
+The programs whose row block holds tokens (MoeGrid.working_programs) each stream one expert's K x BLOCK_SIZE_N slice,
+and one program draws only moe_program_gbps: a call with few of them (one token of DeepSeek-V3 at TP 8: 9 experts x
+4 column tiles of w13) streams at programs x that rate, below the GPU's bandwidth. Each GEMM of the fused MoE is
+charged its bytes at the smaller of the two; the tiles are the release's (w2's from its own down file where the
+release loads one).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ class Efficiencies:
     layer_overhead_eager_us: float
     moe_empty_block_us: float = 0.0
     streaming_kernel_us: float = 0.0
+    moe_program_gbps: float = math.inf  # no limit unless the coefficients give one
 
     @classmethod
     def from_coefficients(cls, coefficient: Callable[[str], float]) -> Efficiencies:
@@ -84,7 +91,8 @@ class Efficiencies:
                    small_kernel_us=coefficient("small_kernel_us"),
                    layer_overhead_eager_us=coefficient("layer_overhead_eager_us"),
                    moe_empty_block_us=coefficient("moe_empty_block_us"),
-                   streaming_kernel_us=coefficient("streaming_kernel_us"))
+                   streaming_kernel_us=coefficient("streaming_kernel_us"),
+                   moe_program_gbps=coefficient("moe_program_gbps"))
 
 
 SMALL_TILE_ROWS = 16  # BLOCK_SIZE_M of the tiles that Hopper cannot run on wgmma (.m64) unless A and B are swapped
@@ -135,12 +143,20 @@ class MoeGrid:
     weights: str
     tiles: tuple[tuple[int, int, int], ...] = ()
     plus_one: bool = False  # the worst-case buffer pads E + 1 experts (0.4.10-0.5.6), not E (0.4.x)
+    down_tiles: tuple[tuple[int, int, int], ...] = ()  # the w2 GEMM's own config file's entries, where it has one
 
     def tile(self, tokens: int) -> tuple[int, int]:
         if not self.tiles:
             return default_moe_tile(tokens, self.experts, self.weights)
         _, bm, bn = min(self.tiles, key=lambda t: abs(t[0] - tokens))  # first on a tie, as min() over the keys
         return bm, bn
+
+    def down_block_n(self, tokens: int) -> int:
+        """BLOCK_SIZE_N of the w2 GEMM: its own file's entry where there is one (its BLOCK_SIZE_M is w13's: SGLang
+        asserts it through 0.5.12 and overrides it from 0.5.13), else w13's tile."""
+        if not self.down_tiles:
+            return self.tile(tokens)[1]
+        return min(self.down_tiles, key=lambda t: abs(t[0] - tokens))[2]
 
     def small_tile_tokens(self) -> int:
         """The most tokens a call may have and still run in 16-row tiles under the tuned config (every smaller call
@@ -155,16 +171,28 @@ class MoeGrid:
                 return start - 1
         return ALL_CALLS
 
+    @staticmethod
+    def _filled_rows(block_m: int, pairs: int, touched: float) -> float:
+        """Row blocks the routing fills: a touched expert fills at least one block, and its pairs past a block more
+        (about half a block of slack each): an expected count, not a draw."""
+        return max(touched, pairs / block_m + touched / 2) if touched else 0.0
+
     def empty_programs(self, tokens: int, pairs: int, touched: float, width: int, hidden: int) -> float:
         """Programs of one MoE layer's two expert GEMMs (w13: 2 x width columns, w2: hidden) over `tokens` tokens
-        whose row block the routing left empty. A touched expert fills at least one block, and its pairs past a
-        block more (about half a block of slack each): an expected count, not a draw."""
+        whose row block the routing left empty."""
         block_m, block_n = self.tile(tokens)
         rows = releases.fused_moe_padded_rows(self.tight, pairs, self.experts, block_m, self.plus_one)
-        filled = max(touched, pairs / block_m + touched / 2) if touched else 0.0
-        empty_rows = max(rows - filled, 0.0)
-        columns = math.ceil(2 * width / block_n) + math.ceil(hidden / block_n)
+        empty_rows = max(rows - self._filled_rows(block_m, pairs, touched), 0.0)
+        columns = math.ceil(2 * width / block_n) + math.ceil(hidden / self.down_block_n(tokens))
         return empty_rows * columns
+
+    def working_programs(self, tokens: int, pairs: int, touched: float, width: int, hidden: int) -> dict[str, float]:
+        """Programs of one MoE layer's w13 (2 x width columns) and w2 (hidden columns) GEMMs whose row block holds
+        tokens: each streams its expert's K x BLOCK_SIZE_N slice of weights (moe_program_gbps)."""
+        block_m, block_n = self.tile(tokens)
+        filled = self._filled_rows(block_m, pairs, touched)
+        return {"w13": filled * math.ceil(2 * width / block_n),
+                "w2": filled * math.ceil(hidden / self.down_block_n(tokens))}
 
 
 # expert weight formats that run SGLang's Triton fused_moe_kernel (INT4 experts run Marlin or a W4A16 kernel,
@@ -182,14 +210,17 @@ def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int
     release = (*release, 0)[:3]  # a (minor, patch) key stands for the release without .postN
     version = release[:2]
     experts = model.num_routed_experts + stack.shared_expert_copies  # as the kernel sees them
-    read = releases.fused_moe_tile_release(version)
+    sections = presets.fused_moe_tiles()
+    read = releases.fused_moe_tile_release(version, sections)
     key = (gpu_name, experts, model.moe_intermediate_size // stack.tp, weights)
-    file = presets.fused_moe_tiles().get(read, {}).get(key) if read else None
+    file = sections.get(read, {}).get(key) if read else None
     tiles = tuple(file.tiles) if file else ()
+    # w2's own file: read from 0.5.8's wheel on (0.5.5-0.5.7 look one up too; theirs are not read)
+    down = tuple(file.down_tiles) if file and file.down_tiles and version >= (5, 8) else ()
     if file and file.since is not None and release < releases.release_key(file.since):
-        tiles = ()  # this release predates the file: the default tile
+        tiles = down = ()  # this release predates the file: the default tile
     return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles,
-                   releases.moe_align_pads_experts_plus_one(version))
+                   releases.moe_align_pads_experts_plus_one(version), down)
 
 
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:
@@ -329,9 +360,22 @@ class ForwardModel:
         rate = self._peak[self.stack.expert_compute] * self.eff.compute
         if tiles is not None and shape.tokens <= tiles.max_tokens:
             rate = tiles.tflops * 1e12  # achieved: no compute efficiency (the kernels without FLOPs are unchanged)
-        compute = sum(self._roofline(b, f, rate) for _, b, f in kernels)
+        programs = self.working_programs(shape)
+        compute = 0.0
+        for name, b, f in kernels:
+            t = self._roofline(b, f, rate)
+            if programs.get(name):  # a grid too small to keep DRAM busy streams at its programs' rate
+                t = max(t, b / (programs[name] * self.eff.moe_program_gbps * 1e9))
+            compute += t
         compute += self.empty_programs(shape) * self.eff.moe_empty_block_us * 1e-6
         return compute, sum(b for _, b, _ in kernels) / self._bw
+
+    def working_programs(self, shape: ForwardShape) -> dict[str, float]:
+        """Programs of one MoE layer's w13 and w2 GEMMs that hold tokens (MoeGrid); none without a grid."""
+        if self._grid is None:
+            return {}
+        return self._grid.working_programs(shape.tokens, self._pairs(shape), self._touched_experts(shape),
+                                           round(self._expert_width), self.stack.hidden_size)
 
     def empty_programs(self, shape: ForwardShape) -> float:
         """Fused-MoE programs over all MoE layers of one forward that exit at once (MoeGrid); 0 without a grid."""
