@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from table_inputs import read_result, repo_path, unknown_gpu
+from table_inputs import build_or_refuse, common_arguments
 
 from simspec.scenario.releases import release_key, tight_moe_align
 
@@ -92,22 +92,14 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, fitt
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("result", help="fused_moe_bench.py's JSON")
-    p.add_argument("--gpu", required=True, help="simspec GPU preset the result was measured on")
+    common_arguments(p, "fused_moe_bench.py", "folder to write the table to")
     p.add_argument("--id", required=True, help="table id (and file name)")
-    p.add_argument("--out", required=True, help="folder to write the table to")
     p.add_argument("--l2-mb", type=float, default=62.9, help="the GPU's L2 (informational here)")
     p.add_argument("--fitted-by", metavar="SCRIPT", help="mark the table fitted: SCRIPT fits a coefficient to it")
     args = p.parse_args(argv)
-    if (bad := unknown_gpu(args.gpu)) is not None:
-        print(bad, file=sys.stderr)
-        return 2
-    path = Path(args.result)
-    try:
-        data = table(read_result(path, "fused_moe_bench.py"), args.gpu, args.id, repo_path(path), args.l2_mb,
-                     args.fitted_by)
-    except (OSError, ValueError) as err:
-        print(f"error: {path}: {err}", file=sys.stderr)
+    data = build_or_refuse(args, "fused_moe_bench.py",
+                           lambda result, source: table(result, args.gpu, args.id, source, args.l2_mb, args.fitted_by))
+    if data is None:
         return 2
     keys = list(data)
     cut = keys.index("grid")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from table_inputs import read_result, repo_path, unknown_gpu
+from table_inputs import build_or_refuse, common_arguments
 
 BATCHES = (1, 64, 256)
 ENVIRONMENT_KEYS = ("gpu", "date", "torch", "cuda")
@@ -74,19 +74,12 @@ def tables(result: dict, gpu: str, prefix: str, source: str) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("result", help="kernel_floor_bench.py's JSON")
-    p.add_argument("--gpu", required=True, help="simspec GPU preset the result was measured on")
+    common_arguments(p, "kernel_floor_bench.py", "folder to write the tables to")
     p.add_argument("--prefix", required=True, help="table id prefix")
-    p.add_argument("--out", required=True, help="folder to write the tables to")
     args = p.parse_args(argv)
-    if (bad := unknown_gpu(args.gpu)) is not None:
-        print(bad, file=sys.stderr)
-        return 2
-    path = Path(args.result)
-    try:
-        written = tables(read_result(path, "kernel_floor_bench.py"), args.gpu, args.prefix, repo_path(path))
-    except (OSError, ValueError) as err:
-        print(f"error: {path}: {err}", file=sys.stderr)
+    written = build_or_refuse(args, "kernel_floor_bench.py",
+                              lambda result, source: tables(result, args.gpu, args.prefix, source))
+    if written is None:
         return 2
     for name, table in written.items():
         out = Path(args.out) / f"{name}.yaml"

@@ -1,10 +1,16 @@
-"""What the kernel-table converters in this folder share: the GPU preset check, reading a benchmark's result, and
-the result's path as the repository names it (a table cites its raw result, checked in)."""
+"""What the kernel-table converters in this folder share: their common arguments, the GPU preset check, reading a
+benchmark's result, and the result's path as the repository names it (a table cites its raw result, checked in)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,3 +35,24 @@ def read_result(path: Path, what: str) -> dict:
 def repo_path(path: Path) -> str:
     resolved = path.resolve()
     return resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else str(path)
+
+
+def common_arguments(p: argparse.ArgumentParser, bench: str, out_help: str) -> None:
+    """The result, --gpu and --out every converter takes."""
+    p.add_argument("result", help=f"{bench}'s JSON")
+    p.add_argument("--gpu", required=True, help="simspec GPU preset the result was measured on")
+    p.add_argument("--out", required=True, help=out_help)
+
+
+def build_or_refuse(args: argparse.Namespace, bench: str, build: Callable[[dict, str], T]) -> T | None:
+    """build(result, its repository path) from args.result; None, with the reason on stderr, where the GPU is not a
+    preset or the result cannot be read or converted (the converter then exits 2, writing nothing)."""
+    if (bad := unknown_gpu(args.gpu)) is not None:
+        print(bad, file=sys.stderr)
+        return None
+    path = Path(args.result)
+    try:
+        return build(read_result(path, bench), repo_path(path))
+    except (OSError, ValueError) as err:
+        print(f"error: {path}: {err}", file=sys.stderr)
+        return None
