@@ -12,9 +12,10 @@ simspec-h200-fused-moe-*) shows what that costs: w13 over 9 experts (33 MB) take
 us with 72, ~26-29 GB/s per program either way, where DRAM would take 8.6 us at the bandwidth the large calls reach.
 The time model charges a GEMM of the fused MoE its bytes at the smaller of the achievable bandwidth and its working
 programs x moe_program_gbps (forward.MoeGrid.working_programs). The fit: the one value that minimises the squared
-log error over 0.5.7's DeepSeek-V3 table (marked fitted), every other coefficient at its default. 0.5.12's table of
-the same shape (another tile, so other program counts) and the Qwen3-30B-A3B tables are the kernel-level test; the
-DeepSeek-V3/R1 cases on H200 at small batch are the end-to-end one.
+log error over 0.5.7's DeepSeek-V3 w13 table (marked fitted; the kernel the floor binds on: w2, 7,168 columns wide,
+has hundreds of programs), every other coefficient at its default. 0.5.12's w13 table of the same shape (another
+tile, so other program counts) and the other per-kernel tables are the kernel-level test; the DeepSeek-V3/R1 cases
+on H200 at small batch are the end-to-end one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from kernel_table_fit import TableFit
 ROOT = Path(__file__).resolve().parent.parent
 FIT = TableFit(
     name="moe_program_gbps",
-    table=ROOT / "validation" / "kernels" / "simspec-h200-fused-moe-dsv3-tp8-sglang057.yaml",
+    table=ROOT / "validation" / "kernels" / "simspec-h200-fused-moe-dsv3-tp8-sglang057-w13.yaml",
     bounds=(1.0, 1000.0),  # 1 TB/s a program would be a whole GPU's bandwidth from a few SMs
     decimals=1, check_step=0.1, unset=math.inf,
     coarse_grid=True)  # above the rate at which the smallest call's programs fill DRAM the objective is flat

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""A fused-MoE kernel table (validation/kernels, `timed: gemms`) from a fused_moe_bench.py result.
+"""A fused-MoE kernel table of one GEMM kernel (validation/kernels, `timed: w13` or `w2`) from a fused_moe_bench.py
+result.
 
-    python calibration/fused_moe_tables.py calibration/measurements/RESULT.json --gpu h200-sxm \
-        --id simspec-h200-fused-moe-... --out validation/kernels
+    python calibration/fused_moe_tables.py calibration/measurements/RESULT.json --gpu h200-sxm --kernel w13 \
+        --id simspec-h200-fused-moe-...-w13 --out validation/kernels
 
-Each point is the median w13 GEMM plus the median w2 GEMM of one call at that token count (their kernel durations
-in a profiler trace). The table says where it comes from and carries no prediction. Bad input is refused with exit
-code 2.
+Each point is that kernel's median duration over the calls at that token count (in a profiler trace). The table says
+where it comes from and carries no prediction. Bad input is refused with exit code 2.
 """
 
 from __future__ import annotations
@@ -39,12 +39,16 @@ def grid(result: dict) -> dict:
     return {"rows": "tight" if tight else "worst_case", "tiles": tiles, **({"down_tiles": downs} if downs else {})}
 
 
-def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, fitted_by: str | None = None) -> dict:
+KERNELS = ("w13", "w2")  # gemm_us's order in a fused_moe_bench.py point
+
+
+def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kernel: str,
+          fitted_by: str | None = None) -> dict:
     missing = [k for k in KEYS if k not in result]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (fused_moe_bench.py writes them)")
     shape = result["shape"]
-    points = [(p["tokens"], round(sum(p["gemm_us"]), 3)) for p in result["points"]
+    points = [(p["tokens"], round(p["gemm_us"][KERNELS.index(kernel)], 3)) for p in result["points"]
               if len(p.get("gemm_us", [])) == 2]
     if not points:
         raise ValueError("points: no call with its two GEMM kernels timed")
@@ -54,7 +58,7 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, fitt
     shared = " (the last a fused shared expert every token routes to)" if shape.get("fused_shared_expert") else ""
     return {
         "id": table_id,
-        "title": f"SGLang's Triton fused MoE, w13 + w2 GEMM kernels, {result['wheel']}'s code and configs, E "
+        "title": f"SGLang's Triton fused MoE, its {kernel} GEMM kernel, {result['wheel']}'s code and configs, E "
                  f"{shape['experts']}, top {shape['top_k']}, hidden {shape['hidden']}, N {shape['intermediate']}, "
                  f"block FP8, one {result['gpu']}",
         "source": {"citation": f"measured by simspec: calibration/fused_moe_bench.py on one {result['gpu']} "
@@ -68,7 +72,7 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, fitt
         "routing_timed": False,
         "config": "tuned",
         "grid": grid(result),
-        "timed": "gemms",
+        "timed": kernel,
         "rotates_weights": True,
         "l2_cache_mb": l2_mb,
         "l2_source": "measured: CUDA reports 62,914,560 bytes of L2 on one H200 (calibration/kernel_floor_bench.py); "
@@ -94,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(p, "fused_moe_bench.py", "folder to write the table to")
     p.add_argument("--id", required=True, help="table id (and file name)")
+    p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM kernel the table times")
     p.add_argument("--l2-mb", type=float, default=62.9, help="the GPU's L2 (informational here)")
     p.add_argument("--fitted-by", metavar="SCRIPT", help="mark the table fitted: SCRIPT fits a coefficient to it")
     args = p.parse_args(argv)
     data = build_or_refuse(args, "fused_moe_bench.py",
-                           lambda result, source: table(result, args.gpu, args.id, source, args.l2_mb, args.fitted_by))
+                           lambda result, source: table(result, args.gpu, args.id, source, args.l2_mb, args.kernel,
+                                                           args.fitted_by))
     if data is None:
         return 2
     keys = list(data)

@@ -16,7 +16,8 @@ over the experts the tokens touch, and the boundaries and floors of the kernels 
 its config printed), the programs that find their row block empty are charged too (forward.MoeGrid).
 
 A table simspec measured itself (calibration/fused_moe_bench.py: SGLang's own fused_experts_impl from a release
-wheel) times only the w13 and w2 GEMM kernels (`timed: gemms`: their rooflines and two boundaries are compared),
+wheel) times only the w13 and w2 GEMM kernels, each a table of its own (`timed: w13` / `w2`: its roofline and
+boundary are compared; their sum would let the two kernels' errors cancel),
 reads a different copy of the experts in every call (`rotates_weights`: no point runs from L2), and names the tile
 its release loaded at each size (`grid.tiles`, `grid.down_tiles`), which sets how many programs stream the experts
 (forward.MoeGrid.working_programs).
@@ -143,9 +144,9 @@ class FusedMoeTable(_Table):
     l2_cache_mb: float = Field(gt=0, description="the GPU's L2: points whose touched experts fit are not compared")
     l2_source: str = Field(description="where the L2 size comes from (informational)")
     points: list[tuple[int, float]] = Field(min_length=1, description="(tokens, microseconds per call)")
-    timed: Literal["call", "gemms"] = Field(default="call", description="call: the whole call, as the tuning scripts "
-                                                                        "time it; gemms: the w13 and w2 GEMM kernels "
-                                                                        "alone (their durations in a profiler trace)")
+    timed: Literal["call", "w13", "w2"] = Field(
+        default="call", description="call: the whole call, as the tuning scripts time it; w13, w2: that GEMM kernel "
+                                    "alone (its duration in a profiler trace)")
     rotates_weights: StrictBool = Field(default=False, description="each call reads its own copy of the experts "
                                                                    "(none runs from L2: every point is compared)")
 
@@ -322,8 +323,8 @@ def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None =
     boundaries -= ROUTER_GEMM.boundaries + (0 if table.routing_timed else TOP_K.boundaries)
     small -= ROUTER_GEMM.small + (0 if table.routing_timed else TOP_K.small)
     only = None
-    if table.timed == "gemms":  # the two GEMM kernels, each with its boundary; nothing small
-        boundaries, small, only = len(MOE_GEMMS), 0, MOE_GEMMS
+    if table.timed in MOE_GEMMS:  # one GEMM kernel: its roofline and its boundary, nothing small
+        boundaries, small, only = 1, 0, (table.timed,)
     points = []
     for tokens, measured in table.points:
         touched = distinct_experts(shape.experts, shape.experts_per_token, tokens, tokens, 0.0)

@@ -103,7 +103,7 @@ def test_the_default_is_the_fit_to_the_a100_table_which_is_marked_fitted_and_kep
     fitted = [r for r in results if r.table.fitted]
     # and the H200 table moe_program_gbps was fitted to (tests/test_moe_programs.py)
     assert [r.table.id for r in fitted] == ["sglang6825-qwen3-30b-a3b-bf16-a100-pcie-40gb",
-                                            "simspec-h200-fused-moe-dsv3-tp8-sglang057"]
+                                            "simspec-h200-fused-moe-dsv3-tp8-sglang057-w13"]
     s = kv.summary(results)
     rest = [abs(p.error_pct) for r in results if not r.table.fitted for p in r.compared]
     assert s["mape_pct"] == pytest.approx(sum(rest) / len(rest))

@@ -73,13 +73,14 @@ def test_without_a_grid_nothing_is_limited():
     assert slow.fused_moe_call_us(1, 0, 0) == fast.fused_moe_call_us(1, 0, 0)
 
 
-def test_the_default_is_the_fit_to_the_057_table_which_is_marked_fitted_and_the_0512_table_is_not():
+def test_the_default_is_the_fit_to_the_057_w13_table_which_is_marked_fitted_and_the_others_are_not():
     proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_moe_program_rate.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tables = {p.stem: kv.load_table(p) for p in kv.kernel_files(ROOT / "validation")}
-    assert tables["simspec-h200-fused-moe-dsv3-tp8-sglang057"].fitted
-    assert not tables["simspec-h200-fused-moe-dsv3-tp8-sglang0512"].fitted
+    assert tables["simspec-h200-fused-moe-dsv3-tp8-sglang057-w13"].fitted
+    assert not any(tables[f"simspec-h200-fused-moe-dsv3-tp8-{t}"].fitted
+                   for t in ("sglang057-w2", "sglang0512-w13", "sglang0512-w2"))
 
 
 def test_a_kernel_grid_takes_one_tile_or_a_tile_per_size_not_both(tmp_path):

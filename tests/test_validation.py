@@ -366,21 +366,22 @@ def test_a_fused_moe_call_is_priced_by_hand(tmp_path):
     assert ramped.predicted_us - timed.predicted_us == pytest.approx(2 * 2.0)
 
 
-def test_a_table_of_the_two_gemm_kernels_is_priced_by_their_rooflines_and_boundaries_alone(tmp_path):
-    """`timed: gemms`: the w13 and w2 kernels of the hand-priced call above, each with one boundary, no small
-    kernels; a table whose calls each read their own copy of the experts compares every point, L2 or not."""
+def test_a_table_of_one_gemm_kernel_is_priced_by_its_roofline_and_boundary_alone(tmp_path):
+    """`timed: w13` / `w2`: that kernel of the hand-priced call above, with one boundary, no small kernels; a table
+    whose calls each read their own copy of the experts compares every point, L2 or not."""
     from simspec.kernel_validation import load_table, predict_table
 
     weights = 2 * 3 * 1024 * 512 * 2
     pairs = 2
     w13 = weights * 2 / 3 + pairs * 2 * (1024 + 2 * 512)
     w2 = weights / 3 + pairs * 2 * (512 + 1024)
-    gemms = predict_table(load_table(_table(tmp_path, "g", timed="gemms", l2_cache_mb=100.0))).points[0]
-    assert gemms.predicted_us == pytest.approx((w13 + w2) / (3350e9 * 0.80) * 1e6 + 2 * 1.3)
-    assert not gemms.compared  # 6.3 MB of experts in a 100 MB L2
-    rotated = predict_table(load_table(_table(tmp_path, "r", timed="gemms", l2_cache_mb=100.0,
-                                              rotates_weights=True))).points[0]
-    assert rotated.compared and rotated.predicted_us == gemms.predicted_us
+    for kernel, nbytes in (("w13", w13), ("w2", w2)):
+        one = predict_table(load_table(_table(tmp_path, kernel, timed=kernel, l2_cache_mb=100.0))).points[0]
+        assert one.predicted_us == pytest.approx(nbytes / (3350e9 * 0.80) * 1e6 + 1.3), kernel
+        assert not one.compared  # 6.3 MB of experts in a 100 MB L2
+        rotated = predict_table(load_table(_table(tmp_path, f"r{kernel}", timed=kernel, l2_cache_mb=100.0,
+                                                  rotates_weights=True))).points[0]
+        assert rotated.compared and rotated.predicted_us == one.predicted_us
 
 
 def test_points_whose_experts_fit_in_l2_are_listed_but_not_compared(tmp_path):
@@ -537,17 +538,28 @@ def test_the_checked_in_fused_moe_tables_are_what_their_converter_writes_from_th
 
     measured = sorted((ROOT / "calibration" / "measurements").glob("h200-fused-moe-*.json"))
     assert len(measured) == 4
-    for raw in measured:
-        table_id = "simspec-h200-fused-moe-" + raw.stem.removeprefix("h200-fused-moe-").removesuffix("-2026-12-04")
-        fitted = (["--fitted-by", "calibration/fit_moe_program_rate.py"] if table_id.endswith("dsv3-tp8-sglang057")
-                  else [])
-        assert conv.main([str(raw), "--gpu", "h200-sxm", "--id", table_id, "--out", str(tmp_path), *fitted]) == 0
+    for raw, kernel in ((raw, kernel) for raw in measured for kernel in ("w13", "w2")):
+        table_id = ("simspec-h200-fused-moe-" + raw.stem.removeprefix("h200-fused-moe-").removesuffix("-2026-12-04")
+                    + f"-{kernel}")
+        fitted = (["--fitted-by", "calibration/fit_moe_program_rate.py"]
+                  if table_id.endswith("dsv3-tp8-sglang057-w13") else [])
+        assert conv.main([str(raw), "--gpu", "h200-sxm", "--kernel", kernel, "--id", table_id, "--out", str(tmp_path),
+                          *fitted]) == 0
         assert (tmp_path / f"{table_id}.yaml").read_text() == (VALIDATION / "kernels" / f"{table_id}.yaml").read_text()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"wheel": "w"}))
-    assert conv.main([str(bad), "--gpu", "h200-sxm", "--id", "x", "--out", str(tmp_path)]) == 2
-    assert conv.main([str(measured[0]), "--gpu", "h999", "--id", "x", "--out", str(tmp_path)]) == 2
+    assert conv.main([str(bad), "--gpu", "h200-sxm", "--kernel", "w13", "--id", "x", "--out", str(tmp_path)]) == 2
+    assert conv.main([str(measured[0]), "--gpu", "h999", "--kernel", "w13", "--id", "x", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "x.yaml").exists()
+    # the tables of one run are its kernels apart: their points add up to the call's two GEMMs
+    from simspec.kernel_validation import load_table
+
+    w13, w2 = (load_table(VALIDATION / "kernels" / f"simspec-h200-fused-moe-dsv3-tp8-sglang0512-{k}.yaml")
+               for k in ("w13", "w2"))
+    raw = json.loads((ROOT / "calibration" / "measurements" /
+                      "h200-fused-moe-dsv3-tp8-sglang0512-2026-12-04.json").read_text())
+    assert [a[1] + b[1] for a, b in zip(w13.points, w2.points, strict=True)] == pytest.approx(
+        [sum(p["gemm_us"]) for p in raw["points"]], abs=1e-3)
 
 
 def test_the_checked_in_gemm_tables_are_what_the_converter_writes_from_the_checked_in_result(tmp_path, monkeypatch):
