@@ -175,7 +175,7 @@ def date_files(files: list[dict], earlier: dict[str, list[dict]]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("wheels", nargs="+", metavar="RELEASE=WHEEL", help=f"releases read: {', '.join(SEARCH)}")
+    ap.add_argument("wheels", nargs="+", metavar="RELEASE=WHEEL", help=f"releases read: {', '.join((*SEARCH, *LATER))}")
     args = ap.parse_args()
     shapes = wanted_shapes()
     out, earlier, later = {}, {}, {}
