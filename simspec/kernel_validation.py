@@ -363,7 +363,8 @@ def summary(results: list[TableResult]) -> dict[str, Any]:
 def kind(table: KernelTable) -> str:
     """What a table times, for listings."""
     if isinstance(table, FusedMoeTable):
-        return f"fused MoE, {table.config} tiles"
+        part = "" if table.timed == "call" else f" {table.timed}"
+        return f"fused MoE{part}, {table.config} tiles"
     if isinstance(table, GemmTable):
         return f"dense GEMM, {table.weights}"
     return "all-reduce"
