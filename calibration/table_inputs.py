@@ -55,4 +55,6 @@ def build_or_refuse(args: argparse.Namespace, bench: str, build: Callable[[dict,
         return build(read_result(path, bench), repo_path(path))
     except (OSError, ValueError) as err:
         print(f"error: {path}: {err}", file=sys.stderr)
-        return None
+    except (KeyError, TypeError, IndexError) as err:  # a point without a field the converter reads
+        print(f"error: {path}: a point lacks or mistypes {err} (is it {bench}'s output?)", file=sys.stderr)
+    return None

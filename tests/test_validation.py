@@ -550,6 +550,10 @@ def test_the_checked_in_fused_moe_tables_are_what_their_converter_writes_from_th
     bad.write_text(json.dumps({"wheel": "w"}))
     assert conv.main([str(bad), "--gpu", "h200-sxm", "--kernel", "w13", "--id", "x", "--out", str(tmp_path)]) == 2
     assert conv.main([str(measured[0]), "--gpu", "h999", "--kernel", "w13", "--id", "x", "--out", str(tmp_path)]) == 2
+    result = json.loads(measured[0].read_text())
+    del result["points"][0]["config"]
+    bad.write_text(json.dumps(result))
+    assert conv.main([str(bad), "--gpu", "h200-sxm", "--kernel", "w13", "--id", "x", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "x.yaml").exists()
     # the tables of one run are its kernels apart: their points add up to the call's two GEMMs
     from simspec.kernel_validation import load_table
