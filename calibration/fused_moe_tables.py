@@ -25,14 +25,18 @@ from simspec.scenario.releases import release_key, tight_moe_align
 KEYS = ("wheel", "gpu", "torch", "triton", "date", "shape", "points", "copies", "calls")
 
 
-def grid(result: dict) -> dict:
-    """The kernel's grid as the release sized it: its alignment rule (tight from 0.5.7) and the w13 tile each call
-    size's config gave, and the w2 call's where the release loaded a down config."""
+def timed_points(result: dict) -> list[dict]:
+    """The calls whose two GEMM kernels were both timed."""
+    return [p for p in result["points"] if len(p.get("gemm_us", [])) == 2]
+
+
+def grid(result: dict, timed: list[dict]) -> dict:
+    """The kernel's grid as the release sized it: its alignment rule (tight from 0.5.7) and the w13 tile each timed
+    call's config gave, and the w2 call's where the release loaded a down config."""
     match = re.match(r"sglang-(\d+\.\d+\.\d+(?:\.post\d+)?)-", result["wheel"])
     if match is None:
         raise ValueError(f"wheel: {result['wheel']!r} is not an SGLang wheel's file name")
     tight = tight_moe_align(release_key(match.group(1))[:2])
-    timed = [p for p in result["points"] if len(p.get("gemm_us", [])) == 2]
     tiles = [[p["tokens"], p["config"]["BLOCK_SIZE_M"], p["config"]["BLOCK_SIZE_N"]] for p in timed]
     downs = [[p["tokens"], p["down_config"]["BLOCK_SIZE_M"], p["down_config"]["BLOCK_SIZE_N"]] for p in timed
              if p.get("down_config")]
@@ -48,8 +52,8 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kern
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (fused_moe_bench.py writes them)")
     shape = result["shape"]
-    points = [(p["tokens"], round(p["gemm_us"][KERNELS.index(kernel)], 3)) for p in result["points"]
-              if len(p.get("gemm_us", [])) == 2]
+    timed = timed_points(result)
+    points = [(p["tokens"], round(p["gemm_us"][KERNELS.index(kernel)], 3)) for p in timed]
     if not points:
         raise ValueError("points: no call with its two GEMM kernels timed")
     configs = sorted({json.dumps(p.get("config"), sort_keys=True) for p in result["points"] if p.get("config")})
@@ -71,7 +75,7 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kern
                   "intermediate_per_gpu": shape["intermediate"], "weights": "fp8-block128"},
         "routing_timed": False,
         "config": "tuned",
-        "grid": grid(result),
+        "grid": grid(result, timed),
         "timed": kernel,
         "rotates_weights": True,
         "l2_cache_mb": l2_mb,

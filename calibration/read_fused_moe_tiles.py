@@ -97,6 +97,11 @@ def _folder(version: str) -> str:
     return "triton_" + version.replace(".", "_") + "/"
 
 
+def config_root(release: str) -> str:
+    """Where a release's wheel keeps the tuned configs (0.5.11 moved them)."""
+    return CONFIGS_FROM_0_5_11 if release_key(release) >= (5, 11, 0) else CONFIGS
+
+
 def later_search(z: zipfile.ZipFile, release: str) -> tuple[str, tuple[str, ...]]:
     """(config root, folders in search order) of a release after 0.5.8, from its wheel (module docstring)."""
     meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
@@ -104,7 +109,7 @@ def later_search(z: zipfile.ZipFile, release: str) -> tuple[str, tuple[str, ...]
     if pin is None or pin.group(1) not in TRITON_OF_TORCH:
         raise SystemExit(f"{release}: its torch pin {pin and pin.group(1)!r} is not in TRITON_OF_TORCH")
     own = TRITON_OF_TORCH[pin.group(1)]
-    root = CONFIGS_FROM_0_5_11 if release_key(release) >= (5, 11, 0) else CONFIGS
+    root = config_root(release)
     if release_key(release) <= (5, 11, 0):
         others = FIXED_FALLBACK
     else:
@@ -209,7 +214,7 @@ def main() -> int:
                 continue
             # a section where what a call gets changes: the files that give a shape other tiles, and the shapes
             # that lost their file (they take the default tile again)
-            root = CONFIGS_FROM_0_5_11 if release_key(release) >= (5, 11, 0) else CONFIGS
+            root = config_root(release)
             changed = [f for f in files if previous.get((f["gpu"], f["experts"], f["n"], f["weights"]))
                        != now[(f["gpu"], f["experts"], f["n"], f["weights"])]]
             removed = [{"gpu": k[0], "experts": k[1], "n": k[2], "weights": k[3]} for k in sorted(previous)

@@ -98,6 +98,11 @@ class _Table(StrictModel):
                                                          "reported apart from the mean (kernel_mape_pct)")
 
 
+# (tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) of one tuned-config entry
+TileEntry = tuple[Annotated[StrictInt, Field(ge=1)], Annotated[StrictInt, Field(ge=1, le=256)],
+                  Annotated[StrictInt, Field(ge=1, le=256)]]
+
+
 class KernelGrid(StrictModel):
     """The benchmarked kernel's launch grid where the table's source shows it: SGLang's Triton fused MoE before 0.5.7
     sizes it for the worst case (releases.fused_moe_padded_rows), with the tile its config printed. The worst-case
@@ -107,18 +112,17 @@ class KernelGrid(StrictModel):
     rows: Literal["worst_case", "tight"] = Field(description="SGLang's alignment rule: before 0.5.7 or from it")
     block_m: StrictInt | None = Field(default=None, ge=1, le=256, description="the tile at every size")
     block_n: StrictInt | None = Field(default=None, ge=1, le=256)
-    tiles: list[tuple[Annotated[StrictInt, Field(ge=1)], Annotated[StrictInt, Field(ge=1, le=256)],
-                      Annotated[StrictInt, Field(ge=1, le=256)]]] | None = Field(
-        default=None, min_length=1, description="(tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) of the w13 call at each size, "
-                                                "where the config's tile changes with size")
-    down_tiles: list[tuple[Annotated[StrictInt, Field(ge=1)], Annotated[StrictInt, Field(ge=1, le=256)],
-                           Annotated[StrictInt, Field(ge=1, le=256)]]] | None = Field(
-        default=None, min_length=1, description="the same for the w2 call, where the release loaded a down config")
+    tiles: list[TileEntry] | None = Field(default=None, min_length=1,
+                                          description="(tokens, BLOCK_SIZE_M, BLOCK_SIZE_N) of the w13 call at each "
+                                                      "size, where the config's tile changes with size")
+    down_tiles: list[TileEntry] | None = Field(default=None, min_length=1, description="the same for the w2 call, "
+                                                                                       "where the release loaded a "
+                                                                                       "down config")
 
     @model_validator(mode="after")
     def _one_tile_rule(self) -> KernelGrid:
-        one = self.block_m is not None and self.block_n is not None
-        if (self.tiles is None) != one or (self.tiles is not None and (self.block_m, self.block_n) != (None, None)):
+        blocks = (self.block_m, self.block_n)
+        if (self.tiles is None and None in blocks) or (self.tiles is not None and blocks != (None, None)):
             raise ValueError("give block_m and block_n (one tile at every size) or tiles (one per size), not both")
         return self
 

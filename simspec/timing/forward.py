@@ -145,10 +145,15 @@ class MoeGrid:
     plus_one: bool = False  # the worst-case buffer pads E + 1 experts (0.4.10-0.5.6), not E (0.4.x)
     down_tiles: tuple[tuple[int, int, int], ...] = ()  # the w2 GEMM's own config file's entries, where it has one
 
+    @staticmethod
+    def _nearest(entries: tuple[tuple[int, int, int], ...], tokens: int) -> tuple[int, int, int]:
+        """The config entry SGLang takes for a call: the nearest key, the first on a tie (min() over the keys)."""
+        return min(entries, key=lambda t: abs(t[0] - tokens))
+
     def tile(self, tokens: int) -> tuple[int, int]:
         if not self.tiles:
             return default_moe_tile(tokens, self.experts, self.weights)
-        _, bm, bn = min(self.tiles, key=lambda t: abs(t[0] - tokens))  # first on a tie, as min() over the keys
+        _, bm, bn = self._nearest(self.tiles, tokens)
         return bm, bn
 
     def down_block_n(self, tokens: int) -> int:
@@ -156,7 +161,7 @@ class MoeGrid:
         asserts it through 0.5.12 and overrides it from 0.5.13), else w13's tile."""
         if not self.down_tiles:
             return self.tile(tokens)[1]
-        return min(self.down_tiles, key=lambda t: abs(t[0] - tokens))[2]
+        return self._nearest(self.down_tiles, tokens)[2]
 
     def small_tile_tokens(self) -> int:
         """The most tokens a call may have and still run in 16-row tiles under the tuned config (every smaller call
