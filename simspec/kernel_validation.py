@@ -1,7 +1,7 @@
 """Kernel tables: published microbenchmark timings of one kernel, predicted by the time model's own cost of it.
 
 An end-to-end case (validation.py) tests every part of the model at once, so its error says little about which
-part is wrong. A kernel table isolates one part on GPUs and shapes nothing was fitted to. Two kinds today.
+part is wrong. A kernel table isolates one part on GPUs and shapes nothing was fitted to. Four kinds today.
 
 The all-reduce across a TP group (`kernel: all_reduce`): nccl-tests bus bandwidths measured on one box at two GPU
 counts; the model takes the box's curve at one count, as a calibration profile would carry it, and predicts the
@@ -34,6 +34,13 @@ together far exceed the L2, so that each GEMM streams its weight from DRAM as a 
 streaming kernel (streaming_kernel_us). SGLang runs these kernels for BF16 linears (torch F.linear); its FP8
 linears run other kernels (CUTLASS, DeepGEMM, Triton), for which the FP8 table is a proxy.
 
+The decode attention kernel (`kernel: attention_decode`) over a paged KV cache, as the attention libraries'
+benchmarks time one call (FlashInfer's, vLLM's): a batch of requests each with `context` cached tokens and
+`q_tokens` new ones. The model prices a call as a decode forward prices one layer's attention
+(ForwardModel.attention_call_us): the KV entries read at the achievable bandwidth or the query-key pairs at the BF16
+peak, whichever is longer, one kernel boundary and the fixed part of a streaming kernel. The model preset and TP
+degree give the per-GPU heads; `backend` names the kernel, which the model does not tell apart.
+
 validation/kernels/*.yaml hold the tables; `simspec validate` reports them apart from the end-to-end cases, and
 validation/recorded.yaml keeps their mean error as a second CI gate. A table a coefficient was fitted to
 (`fitted: true`) is reported apart and left out of that mean.
@@ -49,13 +56,13 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from simspec.calibration.collectives import time_from_bus_bandwidth_us
 from simspec.errors import InputError
-from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus
+from simspec.presets import ModelPreset, WeightFormat, default_coefficients, gpus, models
 from simspec.scenario.profile import CollectiveCurve
 from simspec.scenario.reading import read_yaml
 from simspec.scenario.schema import StrictModel
 from simspec.timing.collectives import Collectives
 from simspec.timing.forward import Efficiencies, ForwardModel, MoeGrid, distinct_experts
-from simspec.timing.stack import WEIGHT_FORMATS, part_kernels, target_stack
+from simspec.timing.stack import WEIGHT_FORMATS, part_kernels, target_stack, with_kv_cache_dtype
 from simspec.validation import Source, load_named, signed_error_pct
 
 KERNELS_DIR = "kernels"
@@ -191,19 +198,42 @@ class GemmTable(_Table):
     points: list[GemmPoint] = Field(min_length=1)
 
 
-KernelTable = FusedMoeTable | AllReduceTable | GemmTable
-KINDS: dict[str, type[FusedMoeTable] | type[AllReduceTable] | type[GemmTable]] = {
-    "fused_moe": FusedMoeTable, "all_reduce": AllReduceTable, "gemm": GemmTable}
+MAX_CONTEXT = 1 << 24  # 16M tokens of context for one request: beyond any model's window
+
+
+class AttentionPoint(StrictModel):
+    batch: StrictInt = Field(ge=1, le=MAX_GEMM_TOKENS, description="requests in the call")
+    context: StrictInt = Field(ge=1, le=MAX_CONTEXT, description="KV-cache tokens each request attends to")
+    q_tokens: StrictInt = Field(default=1, ge=1, le=64, description="query tokens a request brings (1: decode; "
+                                                                   "more: a speculative verify)")
+    us: StrictFloat = Field(gt=0, allow_inf_nan=False, description="microseconds per call")
+
+
+class AttentionDecodeTable(_Table):
+    kernel: Literal["attention_decode"]
+    gpu: str
+    model: str = Field(description="a model preset whose attention the kernel runs (heads, head dim, MLA ranks)")
+    tp: StrictInt = Field(default=1, ge=1, description="the TP degree whose per-GPU heads one call holds")
+    kv_cache_dtype: Literal["bf16", "fp8"] = Field(description="the KV cache's format (fp8: one byte an element)")
+    backend: str = Field(description="the kernel timed (informational: the model has one attention cost for all)")
+    timed: str = Field(description="what one timed call covers (informational)")
+    points: list[AttentionPoint] = Field(min_length=1)
+
+
+KernelTable = FusedMoeTable | AllReduceTable | GemmTable | AttentionDecodeTable
+KINDS: dict[str, type[FusedMoeTable] | type[AllReduceTable] | type[GemmTable] | type[AttentionDecodeTable]] = {
+    "fused_moe": FusedMoeTable, "all_reduce": AllReduceTable, "gemm": GemmTable,
+    "attention_decode": AttentionDecodeTable}
 
 
 @dataclass(frozen=True)
 class KernelPoint:
-    size: int  # tokens (fused MoE, GEMM) or message bytes (all-reduce)
+    size: int  # tokens (fused MoE, GEMM), message bytes (all-reduce) or KV tokens read (decode attention)
     measured_us: float
     predicted_us: float
     expert_mb: float | None  # fused MoE: weights of the experts one call touches
     compared: bool  # False when they fit in L2 (the benchmark's repeated calls hit it)
-    shape: str | None = None  # GEMM: "KxN" of the weight
+    shape: str | None = None  # GEMM: "KxN" of the weight; decode attention: batch, context and query tokens
 
     @property
     def error_pct(self) -> float:
@@ -257,6 +287,14 @@ def load_table(path: Path) -> KernelTable:
         if len(set(keys)) != len(keys):
             raise InputError("each (k, n, m) must appear once", file=str(path), key="points")
         return table
+    if isinstance(table, AttentionDecodeTable):
+        if table.model not in models():
+            raise InputError(f"unknown model preset {table.model!r}; allowed: {', '.join(sorted(models()))}",
+                             file=str(path), key="model")
+        keys = [(p.batch, p.context, p.q_tokens) for p in table.points]
+        if len(set(keys)) != len(keys):
+            raise InputError("each (batch, context, q_tokens) must appear once", file=str(path), key="points")
+        return table
     _check_points(table.points, "tokens", path, "points")
     return table
 
@@ -307,6 +345,21 @@ def predict_gemm(table: GemmTable, file: str = "", eff: Efficiencies | None = No
     return TableResult(table, file, points)
 
 
+def predict_attention_decode(table: AttentionDecodeTable, file: str = "",
+                             eff: Efficiencies | None = None) -> TableResult:
+    """Each call priced as a decode forward prices one layer's attention (ForwardModel.attention_call_us): the model
+    preset at the table's TP degree, its KV cache in the table's format; a call reads batch x context KV entries and
+    scores batch x q_tokens x context query-key pairs."""
+    stack = with_kv_cache_dtype(target_stack(models()[table.model], table.tp), table.kv_cache_dtype)
+    assert stack is not None
+    model = ForwardModel(stack, gpus()[table.gpu], None, eff or default_efficiencies())  # type: ignore[arg-type]
+    points = [KernelPoint(p.batch * p.context, p.us,
+                          model.attention_call_us(p.batch * p.context, p.batch * p.q_tokens * p.context), None, True,
+                          shape=f"b{p.batch} s{p.context} q{p.q_tokens}")
+              for p in table.points]
+    return TableResult(table, file, points)
+
+
 def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None = None) -> TableResult:
     """Every point of a table predicted; a fused-MoE benchmark's random gating is uniform routing (locality 0).
     `eff`: the coefficients to predict with (a fit's trial values); default_efficiencies() otherwise."""
@@ -314,6 +367,8 @@ def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None =
         return predict_all_reduce(table, file)
     if isinstance(table, GemmTable):
         return predict_gemm(table, file, eff)
+    if isinstance(table, AttentionDecodeTable):
+        return predict_attention_decode(table, file, eff)
     shape = table.shape
     stack = target_stack(_one_moe_layer(shape), tp=1)
     # no small-tile rate (forward.moe_small_tiles): no table is of a GPU that has one; a table on the H20 would
@@ -371,6 +426,8 @@ def kind(table: KernelTable) -> str:
         return f"fused MoE{part}, {table.config} tiles"
     if isinstance(table, GemmTable):
         return f"dense GEMM, {table.weights}"
+    if isinstance(table, AttentionDecodeTable):
+        return f"decode attention, {table.backend}, {table.kv_cache_dtype} KV"
     return "all-reduce"
 
 
@@ -381,9 +438,12 @@ def hardware(table: KernelTable) -> str:
     return table.gpu
 
 
+SIZE_UNITS = {"all_reduce": "bytes", "attention_decode": "KV tokens"}  # else tokens
+
+
 def as_rows(results: list[TableResult]) -> list[dict[str, Any]]:
     return [{"table": r.table.id, "kernel": r.table.kernel, "hardware": hardware(r.table), "size": p.size,
-             "unit": "bytes" if r.table.kernel == "all_reduce" else "tokens", "measured_us": p.measured_us,
+             "unit": SIZE_UNITS.get(r.table.kernel, "tokens"), "measured_us": p.measured_us,
              "predicted_us": p.predicted_us, "error_pct": p.error_pct, "expert_mb": p.expert_mb,
              "shape": p.shape, "compared": p.compared, "source": r.table.source.url or r.table.source.citation}
             for r in results for p in r.points]

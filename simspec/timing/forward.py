@@ -412,6 +412,20 @@ class ForwardModel:
         roofline_s = self._time(weight_bytes, flops_per_token * padded_rows(tokens, self._mma_rows), compute)
         return roofline_s * 1e6 + self.eff.kernel_gap_graph_us + self.eff.streaming_kernel_us
 
+    def attention_s(self, context_tokens: float, attention_pairs: float) -> float:
+        """Seconds of every layer's attention over the KV cache: the KV entries read at the achievable bandwidth, or
+        the query-key pairs at the BF16 peak, whichever is longer (context_tokens and attention_pairs as cost()
+        takes them)."""
+        return max(context_tokens * self._kv_s_per_token, attention_pairs * self._attn_s_per_pair)
+
+    def attention_call_us(self, context_tokens: float, attention_pairs: float) -> float:
+        """One layer's decode attention kernel on its own, as a microbenchmark times it inside a CUDA graph: its
+        layer's share of attention_s, one kernel boundary and the fixed part of a streaming kernel
+        (simspec.kernel_validation's attention tables). Nothing else: the model has no fixed time of its own for an
+        attention kernel, nor kernels a backend adds around it (a split-KV merge, a scheduling pass)."""
+        per_layer_s = self.attention_s(context_tokens, attention_pairs) / self.stack.num_layers
+        return per_layer_s * 1e6 + self.eff.kernel_gap_graph_us + self.eff.streaming_kernel_us
+
     def fixed_and_rates(self, shape: ForwardShape) -> tuple[float, float, float, float, float, float]:
         """(compute ms, comm ms, roofline ms, KV ms per context token, attention ms per query-key pair,
         roofline ms per context token): the cost of `shape` as a function of its context, for hot loops.
@@ -425,6 +439,6 @@ class ForwardModel:
         (summed over sequences); attention_pairs: sum over sequences of query tokens x context tokens attended."""
         compute, comm, roof = self._weights(shape)
         compute += self.eff.forward_overhead_ms * 1e-3
-        compute += max(context_tokens * self._kv_s_per_token, attention_pairs * self._attn_s_per_pair)
+        compute += self.attention_s(context_tokens, attention_pairs)
         roof += context_tokens * self._kv_roof_s_per_token
         return ForwardCost(compute * 1e3, comm * 1e3, roof * 1e3)
