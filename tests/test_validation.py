@@ -669,3 +669,33 @@ def test_the_gemm_tables_are_written_from_a_bench_result_keeping_batches_1_64_25
     assert [p.m for p in bf16.points] == [1, 64, 256] and bf16.weights == "bf16"  # type: ignore[union-attr]
     fp8 = load_table(tmp_path / "x-gemm-fp8.yaml")
     assert [p.m for p in fp8.points] == [1] and str(src) in fp8.source.citation  # type: ignore[union-attr]
+
+
+def test_the_mla_decode_tables_are_written_from_a_bench_result_one_per_head_count(tmp_path, monkeypatch, capsys):
+    """calibration/mla_decode_tables.py: one attention_decode table per head count (DeepSeek-V3 at TP 128 / heads),
+    rows the bench could not time left out and named; a head count that does not divide 128 and an unknown GPU exit
+    2, writing nothing. (The bench itself needs a GPU and sgl-kernel: calibration/mla_decode_bench.py.)"""
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import mla_decode_tables as conv
+
+    from simspec.kernel_validation import load_table, predict_table
+
+    rows = [{"heads": h, "batch": b, "context": 4096, "q_tokens": 1, "kv_bytes": 1, "copies": 2,
+             "kernels_per_call": 2, "us_per_call": 10.0 + b} for h in (16, 128) for b in (1, 4)]
+    rows.append({"heads": 16, "batch": 64, "context": 16384, "q_tokens": 4, "kv_bytes": 1, "error": "OOM"})
+    result = {"gpu": "NVIDIA H200", "torch": "2.11", "sgl_kernel": "0.4.2.post2", "l2_bytes": 62914560,
+              "page_size": 64, "replays": 20, "date": "2026-12-05T00:00:00Z", "rows": rows}
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(result))
+    out = tmp_path / "kernels"
+    assert conv.main([str(src), "--gpu", "h200-sxm", "--out", str(out)]) == 0
+    assert "left out: 16 heads, batch 64" in capsys.readouterr().err
+    tp8 = load_table(out / "simspec-h200-mla-decode-flashmla-h16.yaml")
+    assert tp8.tp == 8 and tp8.model == "deepseek-v3" and [p.us for p in tp8.points] == [11.0, 14.0]  # type: ignore
+    assert load_table(out / "simspec-h200-mla-decode-flashmla-h128.yaml").tp == 1  # type: ignore[union-attr]
+    assert str(src) in tp8.source.citation and len(predict_table(tp8).points) == 2
+    for bad_rows, gpu in ((rows[:1] + [dict(rows[0], heads=12)], "h200-sxm"), (rows, "no-such-gpu")):
+        src.write_text(json.dumps(dict(result, rows=bad_rows)))
+        empty = tmp_path / f"none-{gpu}"
+        assert conv.main([str(src), "--gpu", gpu, "--out", str(empty)]) == 2
+        assert not empty.exists()
