@@ -23,16 +23,14 @@ on one: the first run is its test.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
 import sys
-import time
 
 import torch
 from kernel_floor_bench import capture, replay_us, trace_kernels
-from sgl_kernel_bench import load_sgl_kernel
+from sgl_kernel_bench import start
 
 D_QK, D_V, PAGE = 576, 512, 64  # DeepSeek-V3's absorbed MLA: kv_lora_rank 512 + rope 64; FlashMLA's page size
 HEADS = (16, 128)  # query heads a GPU: DeepSeek-V3 at TP 8, and at TP 1 (the published B200 tables' shape)
@@ -64,21 +62,14 @@ def mla_call(fm, heads: int, batch: int, context: int, q_tokens: int, copies: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--sgl-kernel-dir", default=None, help="folder holding sgl_kernel (default: the installed one)")
-    p.add_argument("--replays", type=int, default=20)
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("mla_decode_bench: no CUDA device", file=sys.stderr)
+    started = start(__doc__, "mla_decode_bench", argv)
+    if started is None:
         return 2
-    sk = load_sgl_kernel(args.sgl_kernel_dir)
+    args, _, result = started
     from sgl_kernel import flash_mla as fm
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "sgl_kernel": getattr(sk, "__version__", "?"), "l2_bytes": l2, "page_size": PAGE,
-              "replays": args.replays, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": []}
+    result.update(l2_bytes=l2, page_size=PAGE)
     for heads in HEADS:
         for batch in BATCHES:
             for context in CONTEXTS:

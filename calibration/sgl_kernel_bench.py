@@ -103,19 +103,30 @@ def ops(sk, batch: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def start(doc: str, name: str, argv: list[str] | None):
+    """(arguments, sgl_kernel, the result's header) for a bench of sgl-kernel's kernels (this one and
+    mla_decode_bench.py): --out, --sgl-kernel-dir, --replays; None, said on stderr, without a CUDA device."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--sgl-kernel-dir", default=None, help="folder holding sgl_kernel (default: the installed one)")
     p.add_argument("--replays", type=int, default=20)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("sgl_kernel_bench: no CUDA device", file=sys.stderr)
-        return 2
+        print(f"{name}: no CUDA device", file=sys.stderr)
+        return None
     sk = load_sgl_kernel(args.sgl_kernel_dir)
-    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "sgl_kernel": getattr(sk, "__version__", "?"), "calls_per_graph": CALLS, "replays": args.replays,
+    header = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "sgl_kernel": getattr(sk, "__version__", "?"), "replays": args.replays,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": []}
+    return args, sk, header
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = start(__doc__, "sgl_kernel_bench", argv)
+    if started is None:
+        return 2
+    args, sk, result = started
+    result["calls_per_graph"] = CALLS
     for batch in (1, 8, 64):
         for name, fn in ops(sk, batch).items():
             row: dict = {"op": name, "batch": batch}

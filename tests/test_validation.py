@@ -699,3 +699,21 @@ def test_the_mla_decode_tables_are_written_from_a_bench_result_one_per_head_coun
         empty = tmp_path / f"none-{gpu}"
         assert conv.main([str(src), "--gpu", gpu, "--out", str(empty)]) == 2
         assert not empty.exists()
+
+
+def test_the_sgl_kernel_benches_refuse_a_machine_without_a_gpu(monkeypatch, capsys):
+    """Both sgl-kernel benches share their start (sgl_kernel_bench.start): on a machine without CUDA they exit 2
+    saying so, before they look for sgl-kernel."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import mla_decode_bench
+    import sgl_kernel_bench
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for bench in (sgl_kernel_bench, mla_decode_bench):
+        assert bench.main(["--out", "never.json"]) == 2
+        assert f"{bench.__name__}: no CUDA device" in capsys.readouterr().err
+    assert mla_decode_bench.copies_for(10**9, 60 * 2**20) == 2  # a call larger than the L2: two copies alternate
+    assert mla_decode_bench.copies_for(2**20, 60 * 2**20) == 240  # 1 MiB calls: 4 x the L2 in copies
+    assert mla_decode_bench.copies_for(1, 60 * 2**20) == mla_decode_bench.MAX_COPIES
