@@ -39,6 +39,14 @@ def test_the_suite_does_not_regress_past_the_recorded_error():
         if opening and abs(float(opening.group(1)) - c["error_pct"]) > 1.5:
             stale.append(f"{c['id']}: its note opens at {opening.group(1)}%, predicted {c['error_pct']:+.1f}%")
     assert not stale, stale
+    # the README's block of current figures is this run's (issue: 'the README shows the current table')
+    from simspec.validation import markdown_summary
+
+    readme = (ROOT / "README.md").read_text()
+    begin, end = "<!-- simspec validate --markdown: begin -->\n", "<!-- simspec validate --markdown: end -->"
+    assert begin in readme and end in readme, "README.md lost its current-figures block"
+    shown = readme.split(begin, 1)[1].split(end, 1)[0]
+    assert shown == markdown_summary(s, k), "README.md's figures are stale: paste `simspec validate --markdown`"
 
 
 def test_cases_are_cited_and_consistent():
@@ -717,3 +725,20 @@ def test_the_sgl_kernel_benches_refuse_a_machine_without_a_gpu(monkeypatch, caps
     assert mla_decode_bench.copies_for(10**9, 60 * 2**20) == 2  # a call larger than the L2: two copies alternate
     assert mla_decode_bench.copies_for(2**20, 60 * 2**20) == 240  # 1 MiB calls: 4 x the L2 in copies
     assert mla_decode_bench.copies_for(1, 60 * 2**20) == mla_decode_bench.MAX_COPIES
+
+
+def test_markdown_prints_the_means_and_the_sources_worst_first(tmp_path):
+    """`--markdown`: the README's block; a source with a '|' in its citation keeps the table's columns; with --json it
+    is refused (one format at a time)."""
+    _case(tmp_path, "a", source={"citation": "a | b", "quote": "q"})
+    _case(tmp_path, "b", source={"citation": "test", "url": "https://example.org/x"},
+          measured={"metric": "tokens_per_s", "value": 10.0})
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("Non-fitted cases: 2, mean |error| ") and lines[2].startswith("| source |")
+    rows = lines[4:]
+    assert rows[0].startswith("| <https://example.org/x> | 1 | 0 |")  # measured 10 where ~100 is predicted: worst
+    assert rows[1].startswith("| a \\| b | 1 |") and len(rows) == 2
+    both = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown", "--json"])
+    assert both.exit_code == 2 and "--markdown" in both.output

@@ -23,7 +23,10 @@ _RECORD_STEP = 0.01
               help="Write the non-fitted mean error and the kernel tables' mean error to DIR/recorded.yaml.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
-def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path: str | None) -> None:
+@click.option("--markdown", "as_markdown", is_flag=True,
+              help="Print the means and the per-source table as Markdown (the README's current-figures block).")
+def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path: str | None,
+             as_markdown: bool) -> None:
     """Predict every case under DIR (default: validation/) and compare with what was measured.
 
     Prints measured, predicted and error per case, then the mean absolute percentage error over the cases
@@ -57,7 +60,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                              f" with `simspec validate {directory} --record`", file=str(root / v.RECORDED),
                              key="--check")
         files = v.case_files(directory)
-        with Progress(transient=True, disable=as_json, console=Console(stderr=True)) as bar:
+        with Progress(transient=True, disable=as_json or as_markdown, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
             results = v.run_cases(files, progress=lambda: bar.advance(task))
         summary = v.summary(results)
@@ -116,7 +119,12 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         regressed = kernels_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
-    if as_json:
+    if as_json and as_markdown:
+        fail(InputError("give one of --json and --markdown", key="--markdown"))
+        return
+    if as_markdown:
+        click.echo(v.markdown_summary(summary, kernel_summary), nl=False)
+    elif as_json:
         out = {"cases": v.as_rows(results), "summary": summary}
         if kernel_summary is not None:
             out["kernels"] = {"points": kv.as_rows(tables), "summary": kernel_summary}
