@@ -217,27 +217,28 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
     }
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
+def pct(x: float | None) -> str:
+    """A percentage as simspec validate prints it (tables, Markdown): one decimal, n/a for none."""
+    return "n/a" if x is None else f"{x:.1f}%"
 
 
 def markdown_summary(summary: dict[str, Any], kernel_summary: dict[str, Any] | None = None) -> str:
     """The README's current-figures block (`simspec validate --markdown`): the means, then the non-fitted cases by
     source, worst first, from summary()'s output (and kv.summary()'s, where the suite has kernel tables). CI
     compares the README's block with this, so the table there is the suite's as it predicts today."""
-    lines = [f"Non-fitted cases: {summary['not_fitted']}, mean |error| {_pct(summary['mape_not_fitted_pct'])}, "
-             f"median {_pct(summary['median_abs_error_not_fitted_pct'])}, {summary['not_fitted_within_case_bar']} "
+    lines = [f"Non-fitted cases: {summary['not_fitted']}, mean |error| {pct(summary['mape_not_fitted_pct'])}, "
+             f"median {pct(summary['median_abs_error_not_fitted_pct'])}, {summary['not_fitted_within_case_bar']} "
              f"within {summary['case_bar_pct']:g}% (the bar: each within {summary['case_bar_pct']:g}%, their mean "
              f"within {summary['mean_bar_pct']:g}%). Fitted cases: {summary['fitted']}, mean |error| "
-             f"{_pct(summary['mape_fitted_pct'])}."]
+             f"{pct(summary['mape_fitted_pct'])}."]
     if kernel_summary is not None:
         lines[0] += (f" Kernel tables: {kernel_summary['points_compared']} points compared, mean |error| "
-                     f"{_pct(kernel_summary['mape_pct'])}.")
+                     f"{pct(kernel_summary['mape_pct'])}.")
     lines += ["", "| source | non-fitted cases | within the bar | mean \\|error\\| |", "|---|---|---|---|"]
     for row in summary["by_source"]:
         src = row["source"].replace("|", "\\|")
         link = f"<{src}>" if src.startswith(("http://", "https://")) else src
-        lines.append(f"| {link} | {row['cases']} | {row['within_case_bar']} | {_pct(row['mape_pct'])} |")
+        lines.append(f"| {link} | {row['cases']} | {row['within_case_bar']} | {pct(row['mape_pct'])} |")
     return "\n".join(lines) + "\n"
 
 

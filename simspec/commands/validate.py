@@ -45,6 +45,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     from simspec.outputs import check_folder
 
     try:
+        if as_json and as_markdown:  # refused before minutes of predicting
+            raise InputError("give one of --json and --markdown", key="--markdown")
         if plot_path is not None:
             from simspec.studies.plots import FORMATS
 
@@ -119,9 +121,6 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         regressed = kernels_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
-    if as_json and as_markdown:
-        fail(InputError("give one of --json and --markdown", key="--markdown"))
-        return
     if as_markdown:
         click.echo(v.markdown_summary(summary, kernel_summary), nl=False)
     elif as_json:
@@ -154,30 +153,27 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             if r.failure is not None:
                 console.print(f"[red]failed[/] {escape(r.case.id)}: {escape(r.failure)}", soft_wrap=True)
 
-        def pct(x: float | None) -> str:
-            return "n/a" if x is None else f"{x:.1f}%"
-
         if len(summary["by_source"]) > 1:
             s = Table(title="non-fitted cases by source, worst first", title_justify="left")
             s.add_column("source", overflow="fold")
             for col in ("cases", "mean |error|", f"within {v.CASE_BAR_PCT:g}%"):
                 s.add_column(col, justify="right", no_wrap=True)
             for row in summary["by_source"]:
-                s.add_row(escape(row["source"]), str(row["cases"]), pct(row["mape_pct"]),
+                s.add_row(escape(row["source"]), str(row["cases"]), v.pct(row["mape_pct"]),
                           f"{row['within_case_bar']} of {row['cases']}")
             console.print(s)
         console.print(
             f"mean absolute error, cases not used for fitting ({summary['not_fitted']}): "
-            f"[bold]{pct(summary['mape_not_fitted_pct'])}[/] (bar {v.MEAN_BAR_PCT:g}%; "
+            f"[bold]{v.pct(summary['mape_not_fitted_pct'])}[/] (bar {v.MEAN_BAR_PCT:g}%; "
             f"{summary['not_fitted_within_case_bar']} of {summary['not_fitted']} within {v.CASE_BAR_PCT:g}%;"
-            f" median {pct(summary['median_abs_error_not_fitted_pct'])})")
+            f" median {v.pct(summary['median_abs_error_not_fitted_pct'])})")
         if any(r.alternatives for r in results):
             console.print(
                 f"misses (non-fitted, outside {v.CASE_BAR_PCT:g}%) that the cases' other readings of their unstated"
                 f" inputs span: {summary['not_fitted_missed_within_alternatives']}; that no reading explains:"
                 f" {summary['not_fitted_missed_outside_alternatives']} (all readings: the error range over a"
                 " case's own reading and its `alternatives`)")
-        console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {pct(summary['mape_fitted_pct'])}"
+        console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {v.pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
         if recorded is not None:
             state = "[red]REGRESSED[/]" if regressed else "ok"
@@ -195,15 +191,15 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 span = f"{min(errs):+.0f}..{max(errs):+.0f}%" if errs else ""
                 k.add_row(escape(r.table.id) + (" (fitted)" if r.table.fitted else ""), kv.kind(r.table),
                           escape(kv.hardware(r.table)),
-                          f"{len(r.compared)} of {len(r.points)}", pct(r.mape_pct), span)
+                          f"{len(r.compared)} of {len(r.points)}", v.pct(r.mape_pct), span)
             console.print(k)
             console.print(f"mean absolute error, kernel points compared ({kernel_summary['points_compared']}):"
-                          f" [bold]{pct(kernel_mape)}[/] ({kernel_summary['points_in_l2']} points whose experts fit"
+                          f" [bold]{v.pct(kernel_mape)}[/] ({kernel_summary['points_in_l2']} points whose experts fit"
                           " in L2 not compared)")
             if kernel_summary["points_fitted"]:
                 fitted_points = kernel_summary["points_fitted"]
                 console.print(f"mean absolute error, kernel points of fitted tables ({fitted_points}):"
-                              f" {pct(kernel_summary['mape_fitted_pct'])}")
+                              f" {v.pct(kernel_summary['mape_fitted_pct'])}")
             if kernel_recorded is not None:
                 state = "[red]REGRESSED[/]" if kernels_regressed else "ok"
                 console.print(f"recorded kernel mean error: {kernel_recorded:.2f}% ({state})")
