@@ -23,14 +23,13 @@ on one: the first run is its test.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 
 import torch
 from kernel_floor_bench import capture, replay_us, trace_kernels
-from sgl_kernel_bench import start
+from sgl_kernel_bench import emit, save, start
 
 D_QK, D_V, PAGE = 576, 512, 64  # DeepSeek-V3's absorbed MLA: kv_lora_rank 512 + rope 64; FlashMLA's page size
 HEADS = (16, 128)  # query heads a GPU: DeepSeek-V3 at TP 8, and at TP 1 (the published B200 tables' shape)
@@ -88,11 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # one shape's failure (memory, an unsupported size) keeps the rest
                         row["error"] = repr(exc)[:300]
                     torch.cuda.empty_cache()
-                    result["rows"].append(row)
-                    print(json.dumps(row), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    return 0
+                    emit(result, row)
+    return save(result, args.out)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,18 @@ def start(doc: str, name: str, argv: list[str] | None):
     return args, sk, header
 
 
+def emit(result: dict, row: dict) -> None:
+    """A timed row kept in the result and printed at once (a run cut short still shows what it measured)."""
+    result["rows"].append(row)
+    print(json.dumps(row), flush=True)
+
+
+def save(result: dict, path: str) -> int:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     started = start(__doc__, "sgl_kernel_bench", argv)
     if started is None:
@@ -138,11 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                            us_per_kernel=per_call / max(len(kernels), 1))
             except Exception as exc:
                 row["error"] = repr(exc)[:300]
-            result["rows"].append(row)
-            print(json.dumps(row), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    return 0
+            emit(result, row)
+    return save(result, args.out)
 
 
 if __name__ == "__main__":
