@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from table_inputs import build_or_refuse, common_arguments
 
-DSV3_HEADS = 128  # DeepSeek-V3's query heads (simspec/presets/models.yaml deepseek-v3)
+MODEL = "deepseek-v3"  # the preset whose attention the bench times (its heads split over the TP degree)
 
 
 def tables(result: dict, raw: str, gpu: str) -> dict[str, dict]:
@@ -33,10 +33,13 @@ def tables(result: dict, raw: str, gpu: str) -> dict[str, dict]:
         by_heads.setdefault(int(row["heads"]), []).append(row)
     for line in skipped:
         print(f"left out: {line}", file=sys.stderr)
+    from simspec.presets import models
+
+    all_heads = models()[MODEL].attention.num_heads
     out = {}
     for heads, rows in sorted(by_heads.items()):
-        if heads < 1 or DSV3_HEADS % heads:
-            raise ValueError(f"{heads} heads a GPU is not DeepSeek-V3's 128 split over a TP degree")
+        if heads < 1 or all_heads % heads:
+            raise ValueError(f"{heads} heads a GPU is not {MODEL}'s {all_heads} split over a TP degree")
         table_id = f"simspec-{gpu.split('-')[0]}-mla-decode-flashmla-h{heads}"
         out[table_id] = {
             "id": table_id,
@@ -48,8 +51,8 @@ def tables(result: dict, raw: str, gpu: str) -> dict[str, dict]:
                        "accessed": str(result["date"])[:10]},
             "kernel": "attention_decode",
             "gpu": gpu,
-            "model": "deepseek-v3",
-            "tp": DSV3_HEADS // heads,
+            "model": MODEL,
+            "tp": all_heads // heads,
             "kv_cache_dtype": "bf16",
             "backend": "FlashMLA (sgl_kernel.flash_mla: SGLang's flashmla attention backend)",
             "timed": "one flash_mla_with_kvcache call: the split-KV kernel and its combine (get_mla_metadata, once a "
