@@ -21,6 +21,14 @@ from simspec.scenario.reading import read_yaml, validation_error
 from simspec.scenario.schema import StrictModel
 
 Metric = Literal["tokens_per_s", "throughput_tokens_per_s", "speedup", "throughput_speedup", "iteration_ms"]
+# Latency figures a benchmark client prints beside its throughput (SGLang's bench_serving: Mean/Median TTFT, TPOT
+# and ITL), named as `simspec predict --json` nests them: time to first token, time per output token after the
+# first, and the gap between streamed chunks (with speculation a chunk holds a verify step's accepted tokens).
+LatencyMetric = Literal[
+    "ttft_ms.mean", "ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99",
+    "tpot_ms.mean", "tpot_ms.p50", "tpot_ms.p90", "tpot_ms.p99",
+    "itl_ms.mean", "itl_ms.p50", "itl_ms.p90", "itl_ms.p99",
+]
 
 M = TypeVar("M", bound=StrictModel)
 
@@ -46,6 +54,15 @@ class Measured(StrictModel):
     value: StrictFloat = Field(gt=0)
 
 
+class AlsoMeasured(StrictModel):
+    """A further figure the source measured in the same run (bench_serving's TTFT, TPOT or ITL beside its
+    throughput). Compared, but outside the cases' means: a throughput can match for the wrong reasons, a fast
+    decode step hiding slow prefills or the reverse, and these say which part of the run the model gets right."""
+
+    metric: LatencyMetric
+    value: StrictFloat = Field(gt=0)
+
+
 class Alternative(StrictModel):
     """Another reading of an input the source does not state: the same case predicted with `set` applied to its
     scenario (key.path=value, as `simspec predict --set`). The spread of a case's readings says whether its miss
@@ -61,10 +78,24 @@ class Case(StrictModel):
     source: Source
     fitted: StrictBool
     measured: Measured
+    also_measured: list[AlsoMeasured] = Field(default_factory=list)
     assumptions: list[str] = Field(default_factory=list)
     scenario: dict[str, Any]
     alternatives: list[Alternative] = Field(default_factory=list)
     missing_mechanism: str | None = None
+
+
+@dataclass(frozen=True)
+class AlsoResult:
+    """One of a case's also_measured figures, predicted from the case's own run."""
+
+    metric: str
+    measured: float
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        return signed_error_pct(self.predicted, self.measured)
 
 
 @dataclass(frozen=True)
@@ -75,6 +106,7 @@ class CaseResult:
     error_pct: float | None  # (predicted - measured) / measured x 100; None when the case failed to predict
     failure: str | None = None
     alternatives: tuple[float, ...] = ()  # the prediction under each of case.alternatives, in order
+    also: tuple[AlsoResult, ...] = ()  # case.also_measured, predicted from the same run as the case's figure
 
     @property
     def within_bar(self) -> bool:
@@ -132,9 +164,22 @@ def case_files(directory: str | Path) -> list[Path]:
     return files
 
 
+def predicted_value(result: dict[str, Any], metric: str) -> float | None:
+    """A figure of `simspec predict --json` by its case name: a top-level key, or a nested one as `ttft_ms.p50`."""
+    value: Any = result
+    for part in metric.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
 def predict_case(case: Case, file: Path, alternative: int | None = None) -> float:
     """Predict the case's measured metric, as the case reads its scenario or under case.alternatives[alternative].
     Scenario errors name the key as `scenario.<path>`, or `alternatives[i].set` for an alternative's."""
+    return _predict(case, file, alternative)[0]
+
+
+def _predict(case: Case, file: Path, alternative: int | None = None) -> tuple[float, dict[str, Any]]:
+    """(the case's measured metric as predicted, the whole prediction) for predict_case."""
     from simspec.predict import predict
     from simspec.scenario.loader import parse_scenario, resolve
     from simspec.scenario.reading import apply_overrides
@@ -149,11 +194,22 @@ def predict_case(case: Case, file: Path, alternative: int | None = None) -> floa
     except InputError as err:
         raise InputError(err.message, file=str(file), key=f"{where}{sep}{err.key}" if err.key else where) from None
     result = predict(rs)
-    value = result.get(case.measured.metric)
-    if value is None or not math.isfinite(value):
+    value = predicted_value(result, case.measured.metric)
+    if value is None:
         raise InputError(f"the prediction has no {case.measured.metric} for this scenario",
                          file=str(file), key="measured.metric" if alternative is None else where)
-    return float(value)
+    return value, result
+
+
+def _also(case: Case, file: Path, result: dict[str, Any]) -> tuple[AlsoResult, ...]:
+    out = []
+    for i, also in enumerate(case.also_measured):
+        value = predicted_value(result, also.metric)
+        if value is None:  # e.g. a run whose requests all decode a single token has no TPOT
+            raise InputError(f"the prediction has no {also.metric} for this scenario", file=str(file),
+                             key=f"also_measured[{i}].metric")
+        out.append(AlsoResult(also.metric, also.value, value))
+    return tuple(out)
 
 
 def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
@@ -162,14 +218,15 @@ def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
     for f in files:
         case = load_case(f)
         try:
-            predicted = predict_case(case, f)
+            predicted, result = _predict(case, f)
+            also = _also(case, f, result)
             # an alternative that does not predict is a broken case: reported as failed, like its main reading
             others = tuple(predict_case(case, f, i) for i in range(len(case.alternatives)))
         except InputError as err:
             results.append(CaseResult(case, str(f), None, None, failure=str(err)))
         else:
             results.append(CaseResult(case, str(f), predicted, signed_error_pct(predicted, case.measured.value),
-                                      alternatives=others))
+                                      alternatives=others, also=also))
         if progress is not None:
             progress()
     return results
@@ -214,6 +271,25 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         "case_bar_pct": CASE_BAR_PCT,
         "mean_bar_pct": MEAN_BAR_PCT,
         "by_source": by_source(results),
+        "also_measured": also_summary(results),
+    }
+
+
+def also_summary(results: list[CaseResult]) -> dict[str, Any]:
+    """The non-fitted cases' also_measured figures: their mean absolute error over all of them (the figure
+    recorded.yaml gates as also_measured_mape_pct) and, per metric, the mean absolute and the mean signed error
+    (negative: the model's latency is too short)."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if not r.case.fitted:
+            for a in r.also:
+                groups.setdefault(a.metric, []).append(a.error_pct)
+    errs = [e for es in groups.values() for e in es]
+    return {
+        "figures": len(errs),
+        "mape_pct": sum(map(abs, errs)) / len(errs) if errs else None,
+        "by_metric": [{"metric": m, "figures": len(es), "mape_pct": sum(map(abs, es)) / len(es),
+                       "mean_signed_error_pct": sum(es) / len(es)} for m, es in sorted(groups.items())],
     }
 
 
@@ -239,6 +315,14 @@ def markdown_summary(summary: dict[str, Any], kernel_summary: dict[str, Any] | N
         src = row["source"].replace("|", "\\|")
         link = f"<{src}>" if src.startswith(("http://", "https://")) else src
         lines.append(f"| {link} | {row['cases']} | {row['within_case_bar']} | {pct(row['mape_pct'])} |")
+    also = summary.get("also_measured")
+    if also and also["figures"]:
+        lines += ["", f"Latencies the same runs measured (the non-fitted cases' `also_measured`, not in the means "
+                  f"above): {also['figures']} figures, mean |error| {pct(also['mape_pct'])}.", "",
+                  "| metric | figures | mean \\|error\\| | mean signed error |", "|---|---|---|---|"]
+        for row in also["by_metric"]:
+            lines.append(f"| {row['metric']} | {row['figures']} | {pct(row['mape_pct'])} | "
+                         f"{row['mean_signed_error_pct']:+.1f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -250,17 +334,25 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
         return [{"why": a.why, "set": a.set, "predicted": p, "error_pct": signed_error_pct(p, m)}
                 for a, p in zip(r.case.alternatives, r.alternatives, strict=True)]
 
+    def also(r: CaseResult) -> list[dict[str, Any]]:
+        if r.failure is not None:  # listed unpredicted, as its alternatives are
+            return [{"metric": a.metric, "measured": a.value, "predicted": None, "error_pct": None}
+                    for a in r.case.also_measured]
+        return [{"metric": a.metric, "measured": a.measured, "predicted": a.predicted, "error_pct": a.error_pct}
+                for a in r.also]
+
     return [{
         "id": r.case.id, "title": r.case.title, "metric": r.case.measured.metric, "measured": r.case.measured.value,
         "predicted": r.predicted, "error_pct": r.error_pct, "fitted": r.case.fitted,
         "source": source_of(r.case), "missing_mechanism": r.case.missing_mechanism,
         "alternatives": alternatives(r), "error_range_pct": r.error_range_pct,
         "measured_in_range": r.measured_in_range, "failure": r.failure,
+        "also_measured": also(r),
     } for r in results]
 
 
 RECORDED = "recorded.yaml"
-RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct")
+RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct", "also_measured_mape_pct")
 
 
 def suite_root(directory: str | Path) -> Path:
@@ -273,15 +365,17 @@ def suite_root(directory: str | Path) -> Path:
 
 def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> float | None:
     """A mean error recorded in the repository (validation/recorded.yaml), a CI regression gate: the end-to-end
-    cases' non-fitted MAPE (mape_not_fitted_pct) or the kernel tables' (kernel_mape_pct). None when not recorded."""
+    cases' non-fitted MAPE (mape_not_fitted_pct), the kernel tables' (kernel_mape_pct) or the non-fitted cases'
+    also_measured figures' (also_measured_mape_pct). None when not recorded."""
     path = suite_root(directory) / RECORDED
     if not path.exists():
         return None
     data = read_yaml(path)
     unknown = [k for k in data if k not in RECORDED_KEYS]
     if unknown:
-        raise InputError(f"unknown key; allowed keys: {', '.join(RECORDED_KEYS)} (the cases' non-fitted and the kernel"
-                         " tables' mean error; `simspec validate DIR --record` writes them)", file=str(path),
+        raise InputError(f"unknown key; allowed keys: {', '.join(RECORDED_KEYS)} (the cases' non-fitted, the kernel"
+                         " tables' and the cases' other measured figures' mean error; `simspec validate DIR --record`"
+                         " writes them)", file=str(path),
                          key=str(unknown[0]))
     if key not in data:
         if key != "mape_not_fitted_pct":

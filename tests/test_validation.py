@@ -217,6 +217,9 @@ def test_an_alternative_that_does_not_predict_fails_its_case_naming_it(tmp_path)
     ({"measured": {"metric": "tokens_per_s", "value": -1.0}}, "measured.value"),
     ({"fitted": "perhaps"}, "fitted"),
     ({"surprise": 1}, "surprise"),
+    ({"also_measured": [{"metric": "ttft_ms.p95", "value": 1.0}]}, "also_measured.0.metric"),
+    ({"also_measured": [{"metric": "tokens_per_s", "value": 1.0}]}, "also_measured.0.metric"),
+    ({"also_measured": [{"metric": "tpot_ms.p50", "value": 0.0}]}, "also_measured.0.value"),
 ])
 def test_bad_case_files_exit_2_naming_the_field(tmp_path, change, needle):
     _case(tmp_path, "x", **change)
@@ -742,3 +745,48 @@ def test_markdown_prints_the_means_and_the_sources_worst_first(tmp_path):
     assert rows[1].startswith("| a \\| b | 1 |") and len(rows) == 2
     both = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown", "--json"])
     assert both.exit_code == 2 and "--markdown" in both.output
+
+
+def test_also_measured_latencies_are_compared_apart_from_the_cases_mean(tmp_path):
+    """A case's TTFT and TPOT are predicted from its own run and reported with their errors; they move neither the
+    case's error nor the non-fitted mean, and a fitted case's latencies stay out of their mean as its figure does."""
+    placeholder = [{"metric": "ttft_ms.mean", "value": 1.0}, {"metric": "tpot_ms.p50", "value": 1.0}]
+    suite = _case(tmp_path, "probe", also_measured=placeholder).parent
+    probe = json.loads(CliRunner().invoke(main, ["validate", str(suite), "--json"]).output)
+    (tmp_path / "cases" / "probe.yaml").unlink()
+    ttft, tpot = (a["predicted"] for a in probe["cases"][0]["also_measured"])
+    also = [{"metric": "ttft_ms.mean", "value": ttft * 2}, {"metric": "tpot_ms.p50", "value": tpot / 1.25}]
+    _case(tmp_path, "a", also_measured=also)
+    _case(tmp_path, "b", fitted=True, also_measured=[{"metric": "ttft_ms.mean", "value": ttft}])
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    rows = {c["id"]: c for c in out["cases"]}
+    assert [(a["metric"], a["measured"]) for a in rows["a"]["also_measured"]] == [
+        ("ttft_ms.mean", ttft * 2), ("tpot_ms.p50", tpot / 1.25)]
+    assert [a["predicted"] for a in rows["a"]["also_measured"]] == pytest.approx([ttft, tpot])
+    assert [a["error_pct"] for a in rows["a"]["also_measured"]] == pytest.approx([-50.0, 25.0])
+    assert rows["a"]["error_pct"] == probe["cases"][0]["error_pct"]  # the case's own figure is untouched
+    s = out["summary"]
+    assert s["mape_not_fitted_pct"] == pytest.approx(abs(probe["cases"][0]["error_pct"]))
+    also_summary = s["also_measured"]
+    assert also_summary["figures"] == 2 and also_summary["mape_pct"] == pytest.approx(37.5)
+    assert [(m["metric"], m["figures"]) for m in also_summary["by_metric"]] == [("tpot_ms.p50", 1), ("ttft_ms.mean", 1)]
+    assert [m["mean_signed_error_pct"] for m in also_summary["by_metric"]] == pytest.approx([25.0, -50.0])
+    text = CliRunner().invoke(main, ["validate", str(tmp_path)]).output
+    assert "latencies the same runs measured" in text and "-50.0%" in text and "+25.0%" in text
+    md = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown"]).output
+    assert "| ttft_ms.mean | 1 | 50.0% | -50.0% |" in md and "| tpot_ms.p50 | 1 | 25.0% | +25.0% |" in md
+
+
+def test_a_latency_regression_fails_the_check_and_an_unrecorded_one_must_be_recorded(tmp_path):
+    also = [{"metric": "ttft_ms.mean", "value": 1000.0}]
+    _case(tmp_path, "a", also_measured=also)
+    (tmp_path / "recorded.yaml").write_text("mape_not_fitted_pct: 100.0\n")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 2 and "also_measured_mape_pct" in res.output and "--record" in res.output
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--record"]).exit_code == 0
+    assert "also_measured_mape_pct:" in (tmp_path / "recorded.yaml").read_text()
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--check"]).exit_code == 0
+    _case(tmp_path, "a", also_measured=[{"metric": "ttft_ms.mean", "value": 10_000.0}])  # further from the model
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 1 and "REGRESSED" in res.output
+

@@ -17,10 +17,12 @@ _RECORD_STEP = 0.01
 @click.argument("directory", default="validation", type=click.Path(file_okay=True, dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (cases and summary).")
 @click.option("--check", is_flag=True,
-              help="Exit 1 when a case fails to predict, or the non-fitted mean error or the kernel tables' mean"
-                   " error exceeds DIR/recorded.yaml (the CI regression gate).")
+              help="Exit 1 when a case fails to predict, or the non-fitted mean error, the kernel tables' mean"
+                   " error or the cases' other measured figures' mean error exceeds DIR/recorded.yaml (the CI"
+                   " regression gate).")
 @click.option("--record", is_flag=True,
-              help="Write the non-fitted mean error and the kernel tables' mean error to DIR/recorded.yaml.")
+              help="Write the non-fitted mean error, the kernel tables' and the other measured figures' mean errors"
+                   " to DIR/recorded.yaml.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
 @click.option("--markdown", "as_markdown", is_flag=True,
@@ -30,8 +32,9 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     """Predict every case under DIR (default: validation/) and compare with what was measured.
 
     Prints measured, predicted and error per case, then the mean absolute percentage error over the cases
-    NOT used to fit a profile (the fidelity figure) and, separately, over the fitted ones. Kernel tables under
-    DIR/kernels (published microbenchmarks of one kernel) are reported after them, with their own mean.
+    NOT used to fit a profile (the fidelity figure) and, separately, over the fitted ones. The latencies a case's
+    source measured in the same run (its also_measured: TTFT, TPOT, ITL) follow, with their own mean. Kernel
+    tables under DIR/kernels (published microbenchmarks of one kernel) are reported last, with theirs.
     """
     from rich.console import Console
     from rich.markup import escape
@@ -74,6 +77,12 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         if tables and recorded is not None and kernel_recorded is None and not record:
             raise InputError("has no kernel_mape_pct while the suite has kernel tables: record it with --record",
                              file=str(root / v.RECORDED), key="kernel_mape_pct")
+        also_summary = summary["also_measured"]
+        also_recorded = v.recorded_mape(root, "also_measured_mape_pct")
+        if also_summary["figures"] and recorded is not None and also_recorded is None and not record \
+                and not Path(directory).is_file():
+            raise InputError("has no also_measured_mape_pct while cases give also_measured figures: record it with"
+                             " --record", file=str(root / v.RECORDED), key="also_measured_mape_pct")
         if kernel_summary is not None and record and kernel_summary["mape_pct"] is None:
             raise InputError("no kernel-table point is compared (all fit in L2 or belong to fitted tables):"
                              " nothing to record for them",
@@ -96,7 +105,10 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     regressed = summary["failed"] > 0 or (recorded is not None and summary["mape_not_fitted_pct"] is not None
                                           and summary["mape_not_fitted_pct"] > recorded)
     kernels_regressed = kernel_recorded is not None and kernel_mape is not None and kernel_mape > kernel_recorded
-    summary["regressed"] = regressed or kernels_regressed
+    also_summary["recorded_mape_pct"] = also_recorded
+    also_regressed = (also_recorded is not None and also_summary["mape_pct"] is not None
+                      and also_summary["mape_pct"] > also_recorded)
+    summary["regressed"] = regressed or kernels_regressed or also_regressed
 
     if record:
         value = summary["mape_not_fitted_pct"]
@@ -106,19 +118,24 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         def up(x: float) -> float:
             return _RECORD_STEP * -(-x // _RECORD_STEP)
 
-        text = ("# Mean absolute % error of simspec validate over the cases NOT used for fitting, and over the\n"
-                "# compared points of the kernel tables not used for fitting (validation/kernels). CI\n"
-                "# (tests/test_validation.py) fails when either grows beyond its figure here. Update with\n"
-                "# `simspec validate --record` only when a change is meant to move them, and say why in the commit.\n"
+        text = ("# Mean absolute % error of simspec validate over the cases NOT used for fitting, over the\n"
+                "# compared points of the kernel tables not used for fitting (validation/kernels), and over the\n"
+                "# non-fitted cases' also_measured latencies. CI (tests/test_validation.py) fails when any grows\n"
+                "# beyond its figure here. Update with `simspec validate --record` only when a change is meant to\n"
+                "# move them, and say why in the commit.\n"
                 f"mape_not_fitted_pct: {up(value):.2f}\n")
         if kernel_mape is not None:
             text += f"kernel_mape_pct: {up(kernel_mape):.2f}\n"
             kernel_summary["recorded_mape_pct"] = round(up(kernel_mape), 2)  # type: ignore[index]
+        if also_summary["mape_pct"] is not None:
+            text += f"also_measured_mape_pct: {up(also_summary['mape_pct']):.2f}\n"
+        also_summary["recorded_mape_pct"] = also_recorded = (
+            round(up(also_summary["mape_pct"]), 2) if also_summary["mape_pct"] is not None else None)
         (root / "recorded.yaml").write_text(text)
         summary["recorded_mape_not_fitted_pct"] = recorded = round(up(value), 2)
         if kernel_summary is not None:
             kernel_recorded = kernel_summary["recorded_mape_pct"]  # what the output below reports as recorded
-        regressed = kernels_regressed = False
+        regressed = kernels_regressed = also_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
     if as_markdown:
@@ -178,6 +195,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         if recorded is not None:
             state = "[red]REGRESSED[/]" if regressed else "ok"
             console.print(f"recorded non-fitted mean error: {recorded:.2f}% ({state})")
+        if also_summary["figures"]:
+            _print_also(console, results, also_summary, also_regressed)
         if kernel_summary is not None:
             k = Table(title="kernel tables: microbenchmarks of one kernel (not in the means above)",
                       title_justify="left")
@@ -223,6 +242,38 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         fail(InputError(_failed_text(failed)))
     if plot_failed:
         sys.exit(2)
+
+
+def _print_also(console, results: list, also_summary: dict, regressed: bool) -> None:
+    """The latencies the cases' sources measured in the same runs (also_measured), case by case, then by metric."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simspec import validation as v
+
+    t = Table(title="latencies the same runs measured (also_measured; not in the means above)", title_justify="left")
+    t.add_column("case", overflow="fold")
+    t.add_column("metric")
+    for col in ("measured", "predicted", "error"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("fitted")
+    for r in results:
+        for a in r.also:
+            t.add_row(escape(r.case.id), a.metric, f"{a.measured:.4g}", f"{a.predicted:.4g}",
+                      f"{a.error_pct:+.1f}%", "yes" if r.case.fitted else "no")
+    console.print(t)
+    m = Table(title="latencies by metric, non-fitted cases", title_justify="left")
+    m.add_column("metric")
+    for col in ("figures", "mean |error|", "mean signed error"):
+        m.add_column(col, justify="right", no_wrap=True)
+    for row in also_summary["by_metric"]:
+        m.add_row(row["metric"], str(row["figures"]), v.pct(row["mape_pct"]), f"{row['mean_signed_error_pct']:+.1f}%")
+    console.print(m)
+    console.print(f"mean absolute error, latencies of non-fitted cases ({also_summary['figures']}):"
+                  f" [bold]{v.pct(also_summary['mape_pct'])}[/]")
+    if also_summary["recorded_mape_pct"] is not None:
+        state = "[red]REGRESSED[/]" if regressed else "ok"
+        console.print(f"recorded latency mean error: {also_summary['recorded_mape_pct']:.2f}% ({state})")
 
 
 def _failed_text(failed: list) -> str:
