@@ -30,6 +30,9 @@ def test_the_suite_does_not_regress_past_the_recorded_error():
     assert k["recorded_mape_pct"] is not None, "validation/recorded.yaml has no kernel_mape_pct"
     assert k["mape_pct"] <= k["recorded_mape_pct"], k
     assert len({row["hardware"] for row in k["by_table"] if row["kernel"] == "fused_moe"}) >= 4
+    also = s["also_measured"]  # the latencies the cases' runs measured: their own gate
+    assert also["recorded_mape_pct"] is not None, "validation/recorded.yaml has no also_measured_mape_pct"
+    assert also["figures"] >= 40 and also["mape_pct"] <= also["recorded_mape_pct"], also
     assert res.exit_code == 0
     # a case's note opens with the error it explains; a change that moves the case further than 1.5 points puts a dated
     # line with the new figure in front (validation/README.md), so that no note argues from a figure gone stale
@@ -790,3 +793,15 @@ def test_a_latency_regression_fails_the_check_and_an_unrecorded_one_must_be_reco
     res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
     assert res.exit_code == 1 and "REGRESSED" in res.output
 
+
+def test_every_also_measured_figure_is_a_number_its_source_quotes():
+    """A latency typed into a case must be traceable: each also_measured value is one of the numbers in the case's quote
+    (thousands separators allowed), and the suite carries some."""
+    count = 0
+    for f in case_files(VALIDATION):
+        case = load_case(f)
+        numbers = {float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*(?:\.\d+)?", case.source.quote or "")}
+        for a in case.also_measured:
+            assert a.value in numbers, f"{f.name}: {a.metric} {a.value} is not in its quote"
+            count += 1
+    assert count >= 40
