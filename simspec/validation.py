@@ -179,7 +179,8 @@ def predict_case(case: Case, file: Path, alternative: int | None = None) -> floa
 
 
 def _predict(case: Case, file: Path, alternative: int | None = None) -> tuple[float, dict[str, Any]]:
-    """(the case's measured metric as predicted, the whole prediction) for predict_case."""
+    """(the case's measured metric as predicted, the whole prediction): run_cases reads the case's also_measured
+    figures from the same prediction."""
     from simspec.predict import predict
     from simspec.scenario.loader import parse_scenario, resolve
     from simspec.scenario.reading import apply_overrides
@@ -202,6 +203,7 @@ def _predict(case: Case, file: Path, alternative: int | None = None) -> tuple[fl
 
 
 def _also(case: Case, file: Path, result: dict[str, Any]) -> tuple[AlsoResult, ...]:
+    """The case's also_measured figures as its own prediction gives them."""
     out = []
     for i, also in enumerate(case.also_measured):
         value = predicted_value(result, also.metric)
