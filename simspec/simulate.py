@@ -64,6 +64,8 @@ def run(rs: ResolvedScenario, model: IterationModel | None = None) -> Simulation
         retract_latest_first=rs.speculative,
         turns=sc.workload.turns,
         shared_prefix_tokens=sc.workload.shared_prefix_tokens,
+        overlap=rs.overlap,
+        recv_interval=sc.server.scheduler_recv_interval,
     )
     env.run(until=engine.done)
     gaps, weights = engine.rec.inter_token_latencies_ms()

@@ -318,3 +318,61 @@ def test_predict_reports_what_the_radix_cache_served(small, tmp_path):
     assert out.exit_code == 0 and json.loads(out.output)["cached_prompt_tokens"] == 1800
     table = CliRunner().invoke(main, ["predict", str(path)]).output
     assert "prompt tokens from the radix cache" in table and "1,800" in table
+
+
+def _served(small, outputs, *, concurrency, overlap, recv_interval=1):
+    """Run the engine itself over fixed 10-token prompts and the given outputs; (iteration kinds, recorder)."""
+    import simpy
+
+    from simspec.engine import ServingEngine
+    from simspec.workload import RequestSpecs
+
+    rs = resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    n = len(outputs)
+    specs = RequestSpecs(np.full(n, 10, dtype=np.int64), np.asarray(outputs, dtype=np.int64), None)
+    env = simpy.Environment()
+    eng = ServingEngine(env, IterationModel(rs), specs, None, max_running=64, kv_capacity_tokens=100_000,
+                        chunked_prefill_tokens=8192, concurrency=concurrency, overlap=overlap,
+                        recv_interval=recv_interval)
+    env.run(until=eng.done)
+    return list(eng.rec.iterations().kind), eng.rec
+
+
+@pytest.mark.parametrize("overlap, waits", [(False, 1), (True, 2)])
+def test_a_closed_loop_clients_next_request_waits_for_the_schedulers_next_receive(small, overlap, waits):
+    """A (3 tokens) finishes in the 2nd decode step while B runs on. Its client's next request, C, leaves after A's
+    last token is streamed, so the turn after that step has already looked: without overlap C is received one
+    step later; with overlap the turn that ends a step picked its batch as the step began, so two."""
+    kinds, rec = _served(small, [3, 10, 5], concurrency=2, overlap=overlap)
+    assert kinds[:3 + waits + 1] == ["prefill", "decode", "decode"] + ["decode"] * waits + ["prefill"]
+    # C's time to first token is those decode steps and its own prefill
+    it = rec.iterations()
+    prefill_c = it.iloc[3 + waits]
+    assert rec.arrival_ms[2] == pytest.approx(it.end_ms.iloc[2])
+    assert rec.first_token_ms[2] - rec.arrival_ms[2] == pytest.approx(
+        it.end_ms.iloc[2 + waits] - it.end_ms.iloc[2] + prefill_c.end_ms - prefill_c.start_ms)
+
+
+def test_an_idle_engine_receives_a_request_at_once(small):
+    """One client: when its request ends nothing runs, and the idle scheduler loop takes the next at once."""
+    kinds, rec = _served(small, [3, 3], concurrency=1, overlap=True, recv_interval=30)
+    assert kinds == ["prefill", "decode", "decode", "prefill", "decode", "decode"]
+    assert rec.first_token_ms[1] - rec.arrival_ms[1] == pytest.approx(rec.first_token_ms[0] - rec.arrival_ms[0])
+
+
+def test_scheduler_recv_interval_receives_every_n_decode_turns_and_after_a_prefill(small):
+    """--scheduler-recv-interval 4: the turn after the prefill receives (weight 1000) and resets the count; the
+    decode turns then count 1 each, so C (sent as the 2nd decode step ends) is received after the 4th."""
+    kinds, rec = _served(small, [3, 12, 5], concurrency=2, overlap=False, recv_interval=4)
+    assert kinds[:6] == ["prefill"] + ["decode"] * 4 + ["prefill"]
+    every_turn, _ = _served(small, [3, 12, 5], concurrency=2, overlap=False)
+    assert every_turn[:5] == ["prefill"] + ["decode"] * 3 + ["prefill"]
+
+
+def test_scheduler_recv_interval_is_refused_where_it_is_not_modelled(small):
+    from simspec.errors import InputError
+
+    small["server"] = {"tp": 1, "sglang_version": "0.4.6.post1", "scheduler_recv_interval": 10}
+    with pytest.raises(InputError, match="scheduler-recv-interval") as e:
+        resolve(parse_scenario(small, "t.yaml"), "t.yaml")
+    assert e.value.key == "server.scheduler_recv_interval"

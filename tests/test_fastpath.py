@@ -63,8 +63,11 @@ def test_fast_path_charges_host_time_per_output_token_as_the_engine_does(scenari
     rs = load_scenario(SCENARIOS / f"{scenario}.yaml", [*overrides, f"calibration={tmp_path / 'p.yaml'}"])
     engine, fast = predict(rs), predict_fast(rs)
     assert fast["iteration_ms"] > plain["iteration_ms"] + 16 * 0.4 * 0.99  # at least one token per request a step
-    for key in ("tokens_per_s", "throughput_tokens_per_s", "iteration_ms", "speedup"):
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "speedup"):
         assert fast[key] == pytest.approx(engine[key], rel=0.02), key
+    # the engine's mean step also holds the final drain's and the receive waits' smaller batches, which the fast
+    # path's one steady-state step does not (benchmarks/fastpath_agreement.py: up to ~3% at short outputs)
+    assert fast["iteration_ms"] == pytest.approx(engine["iteration_ms"], rel=0.03)
 
 
 def test_fast_path_refuses_what_it_does_not_model(tmp_path):

@@ -16,7 +16,9 @@ from simspec.calibration.fitting import (
     match_preset,
     modelled_step_ms,
 )
+from simspec.calibration.live import description_from_server_info
 from simspec.calibration.measurements import Measurements, RequestRecord, ServerDescription, StepTime
+from simspec.calibration.sources.common import server_description_from_args
 from simspec.errors import InputError
 from simspec.scenario.loader import Coefficient, parse_scenario, resolve
 
@@ -194,3 +196,18 @@ def test_the_scenario_keeps_the_servers_fp8_kv_cache_and_refuses_one_simspec_can
     with pytest.raises(InputError, match="fp4_e2m1") as err:
         scenario("fp4_e2m1")
     assert err.value.key == "kv_cache_dtype"
+
+
+def test_the_scenario_keeps_the_servers_scheduler_recv_interval():
+    """--scheduler-recv-interval as the server reports it (server_args or /server_info): above 1 it goes into the
+    scenario (new requests wait for the scheduler's next receive); 1, SGLang's default, is left out."""
+    def server(args: dict) -> dict:
+        desc = server_description_from_args({"model_path": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": 1,
+                                              "version": "0.5.10", **args})
+        return build_scenario(Measurements(server=desc), BOX, name="x", concurrency=1)["server"]
+
+    assert server({"scheduler_recv_interval": 30})["scheduler_recv_interval"] == 30
+    assert "scheduler_recv_interval" not in server({"scheduler_recv_interval": 1})
+    assert "scheduler_recv_interval" not in server({})
+    live = description_from_server_info({"version": "0.5.12", "scheduler_recv_interval": 10})
+    assert live.scheduler_recv_interval == 10

@@ -220,6 +220,8 @@ def build_scenario(meas: Measurements, box: Box, *, name: str, concurrency: int)
             server[key] = getattr(s, key)
     if s.overlap_schedule is not None:
         server["overlap_schedule"] = "on" if s.overlap_schedule else "off"
+    if s.scheduler_recv_interval is not None and s.scheduler_recv_interval > 1:
+        server["scheduler_recv_interval"] = s.scheduler_recv_interval
     if s.kv_cache_dtype is not None and s.kv_cache_dtype != "auto":
         allowed = typing.get_args(Server.model_fields["kv_cache_dtype"].annotation)
         if s.kv_cache_dtype not in allowed:

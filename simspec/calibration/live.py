@@ -323,6 +323,7 @@ def description_from_server_info(raw: dict[str, Any], *, host: str | None = None
         mem_fraction_static=_float(raw.get("mem_fraction_static")),
         kv_cache_dtype=str(raw["kv_cache_dtype"]) if isinstance(raw.get("kv_cache_dtype"), str) else None,
         overlap_schedule=None if overlap is None else not overlap,
+        scheduler_recv_interval=_int(raw.get("scheduler_recv_interval")),
         attention_backend=str(attention) if attention else None,
         ngram=ngram,
         host=host,

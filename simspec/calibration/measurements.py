@@ -32,6 +32,7 @@ class ServerDescription(_Record):
     mem_fraction_static: float | None = None
     kv_cache_dtype: str | None = None  # --kv-cache-dtype as the server resolved it ("auto", "bfloat16", "fp8_e4m3"...)
     overlap_schedule: bool | None = None
+    scheduler_recv_interval: int | None = None  # --scheduler-recv-interval (1 = SGLang's default)
     attention_backend: str | None = None
     ngram: dict[str, float | int | str] = Field(default_factory=dict)
     host: str | None = None

@@ -17,6 +17,18 @@ cached part, attending to it, and decode reads the whole prompt. Eviction is not
 
 The running batch is kept as parallel arrays (ids, tokens still to generate, decode iterations seen at
 admission) so that one iteration costs a handful of vector operations whatever the batch size.
+
+A request reaches the scheduler only when its loop next receives (Scheduler.recv_requests, non-blocking, at the top
+of each turn), not when it is sent. A closed-loop client's next request leaves after its previous one's last token
+has been streamed (detokenizer, tokenizer manager, HTTP, the client, tokenizing: a few ms), so the turn that follows
+that step has already looked and the request waits for the next one. With overlap scheduling the turn picks the
+batch after next while the GPU still runs the current one (event_loop_overlap): what it receives at the end of a
+step is what arrived before that step began, and its prefill runs after the step already launched. So a request
+waits about one step (two in a closed loop) before its prefill, none when the engine was idle. With
+--scheduler-recv-interval N the scheduler receives only every N turns while it decodes or verifies, at once after a
+prefill (SchedulerRecvSkipper: weight 1 per decode, verify or idle turn, 1000 otherwise); the idle turns spin in
+microseconds, so an idle engine still receives at once. Not modelled: the finished requests that an overlapped
+decode step still carries (their end is known one step late).
 """
 
 from __future__ import annotations
@@ -38,7 +50,7 @@ class ServingEngine:
                  sampler: AcceptanceSampler | None, *, max_running: int, kv_capacity_tokens: int,
                  chunked_prefill_tokens: int, concurrency: int | None, schedule_conservativeness: float = 1.0,
                  decode_tokens_per_request: int = 1, retract_latest_first: bool = False, turns: int = 1,
-                 shared_prefix_tokens: int = 0):
+                 shared_prefix_tokens: int = 0, overlap: bool = False, recv_interval: int = 1):
         self.env = env
         self.model = model
         self.sampler = sampler
@@ -53,6 +65,13 @@ class ServingEngine:
         self.rec = Recorder(n)
         self.rec.input_tokens[:] = specs.input_tokens
         self.waiting: deque[int] = deque()
+        # sent, not yet received by the scheduler (its socket from the tokenizer manager), in arrival order
+        self.inbox: deque[int] = deque()
+        self.overlap = overlap
+        self.recv_interval = recv_interval
+        self.recv_counter = recv_interval  # SchedulerRecvSkipper starts at its threshold: the first turn receives
+        self.last_kind: str | None = None  # the iteration the scheduler ran last: "prefill", "decode" or None
+        self.last_start = 0.0  # when it began
         # tokens each request still has to generate when it (re)joins the batch: its output, or what was left
         # when it was retracted (while it runs, run_remaining holds the live count)
         self.left_at_admission = specs.output_tokens.astype(np.int64)
@@ -112,7 +131,7 @@ class ServingEngine:
 
     def _arrive(self, rid: int) -> None:
         self.rec.arrival_ms[rid] = self.env.now
-        self.waiting.append(rid)
+        self.inbox.append(rid)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -124,6 +143,26 @@ class ServingEngine:
             self._arrive(rid)
 
     # ------------------------------------------------------------------------------------- scheduling
+    def _recv(self, idle: bool) -> None:
+        """Scheduler.recv_requests at the top of a loop turn: the requests sent before the moment it looks."""
+        arrival = self.rec.arrival_ms
+        inbox = self.inbox
+        if idle:  # the idle turns spin until the request is there, and count 1 each towards the interval
+            while inbox:
+                self.waiting.append(inbox.popleft())
+            self.recv_counter = 0
+            return
+        if self.recv_interval > 1:
+            self.recv_counter += 1000 if self.last_kind == "prefill" else 1
+            if self.recv_counter < self.recv_interval:
+                return
+            self.recv_counter = 0
+        # without overlap it looks as the step ends; with it, as the step began (it scheduled the next one then).
+        # Strictly before: a request sent at the very instant (a closed-loop client's next one) is not yet there.
+        looked = self.last_start if self.overlap else self.env.now
+        while inbox and arrival[inbox[0]] < looked:
+            self.waiting.append(inbox.popleft())
+
     def _admit(self) -> list[int]:
         """PrefillAdder.add_one_req over the waiting queue, first come first served."""
         admitted: list[int] = []
@@ -182,13 +221,17 @@ class ServingEngine:
         env = self.env
         total = len(self.inputs)
         while self.finished < total:
-            if not self.waiting and len(self.run_ids) == 0:
+            idle = not self.waiting and len(self.run_ids) == 0
+            if idle:
                 self.ratio.idle()
                 self.batch_full = self.shrunk = False
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                continue
+                self.last_kind = None
+                if not self.inbox:
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    continue
+            self._recv(idle)
             admitted = self._admit()
             if admitted:
                 yield from self._prefill(admitted)
@@ -216,7 +259,8 @@ class ServingEngine:
         else:
             pieces.append((prompts, [float(h) for h in hits]))
         for chunk_prompts, cached in pieces:
-            start = env.now
+            start = self.last_start = env.now
+            self.last_kind = "prefill"
             cost = self.model.prefill(chunk_prompts, cached)
             yield env.timeout(cost.total_ms)
             self.roofline_ms += cost.roofline_ms
@@ -301,7 +345,8 @@ class ServingEngine:
             tokens = np.minimum(1, self.run_remaining)
         emitted = int(tokens.sum())
         cost = self.model.decode(bs, self.context_sum, emitted)
-        start = env.now
+        start = self.last_start = env.now
+        self.last_kind = "decode"
         yield env.timeout(cost.total_ms)
         now = env.now
         self.roofline_ms += cost.roofline_ms

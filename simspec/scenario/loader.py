@@ -437,6 +437,10 @@ def resolve(sc: Scenario, path: str = "<scenario>") -> ResolvedScenario:
                          " speculative.num_steps, topk and num_draft_tokens, or another sglang_version", file=file,
                          key="speculative.topk")
     overlap, v2 = _overlap(sc, topk, file)
+    if sc.server.scheduler_recv_interval > 1 and sc.server.version_minor_patch < (5, 0):
+        raise InputError(f"--scheduler-recv-interval is modelled from SGLang 0.5 (every 0.5 release simspec models has"
+                         f" it; the 0.4 releases were not checked), not {sc.server.sglang_version}; allowed: 1, or a"
+                         " 0.5 release", file=file, key="server.scheduler_recv_interval")
 
     profile, profile_path = _load_profile_for(sc, path)
     with _in_profile(file, profile_path):

@@ -86,6 +86,11 @@ class Server(StrictModel):
     kv_cache_dtype: Literal["auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = Field(
         default="auto", description="--kv-cache-dtype: auto = the model's dtype (BF16 for every simspec preset); an"
                                     " FP8 cache halves the bytes a token's KV takes, read and stored")
+    scheduler_recv_interval: StrictInt = Field(
+        default=1, ge=1, le=10_000,
+        description="--scheduler-recv-interval: the scheduler takes in new requests only every this many loop"
+                    " turns while it decodes (at once after a prefill or when idle); 1 = every turn, SGLang's"
+                    " default (simspec/engine/engine.py)")
     schedule_conservativeness: StrictFloat = Field(
         default=1.0, gt=0.0, le=100.0,
         description="--schedule-conservativeness: scales the share of running requests' outputs SGLang keeps free"

@@ -165,8 +165,9 @@ def server_description_from_args(args: dict[str, Any], *, file: str | None = Non
     Field names are those of 0.5.8-0.5.23: `tp_size`, `speculative_algorithm`, `speculative_num_steps`,
     `speculative_eagle_topk`, `speculative_num_draft_tokens`, `disable_cuda_graph`, `cuda_graph_max_bs`
     (0.5.23: `cuda_graph_max_bs_decode`), `max_running_requests`, `mem_fraction_static`,
-    `disable_overlap_schedule`, `attention_backend`, the n-gram settings (`speculative_ngram_max_trie_depth`,
-    called `speculative_ngram_branch_length` in 0.5.8) and `version` (/server_info only).
+    `disable_overlap_schedule`, `scheduler_recv_interval`, `attention_backend`, the n-gram settings
+    (`speculative_ngram_max_trie_depth`, called `speculative_ngram_branch_length` in 0.5.8) and `version`
+    (/server_info only).
     """
     algorithm = map_algorithm(args.get("speculative_algorithm"), file=file, key=f"{key}.speculative_algorithm")
     draft_path = args.get("speculative_draft_model_path")
@@ -203,6 +204,7 @@ def server_description_from_args(args: dict[str, Any], *, file: str | None = Non
         max_running_requests=_opt_int(args, "max_running_requests"),
         mem_fraction_static=float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None,
         overlap_schedule=(not disable_overlap) if isinstance(disable_overlap, bool) else None,
+        scheduler_recv_interval=_opt_int(args, "scheduler_recv_interval"),
         attention_backend=str(attention) if attention is not None else None,
         ngram=ngram,
         host=str(args["host"]) if args.get("host") is not None else None,
