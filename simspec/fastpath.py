@@ -133,9 +133,15 @@ def steady_state(rs: ResolvedScenario) -> dict:
     lo, hi = max(1, math.floor(batch)), max(1, math.ceil(batch))
     per_token = (output - 1) / steps if steps else 0.0
     dec_lo = model.decode(lo, lo * context, lo * per_token)
-    dec = dec_lo if hi == lo else model.decode(hi, hi * context, hi * per_token)
+    dec_hi = dec_lo if hi == lo else model.decode(hi, hi * context, hi * per_token)
     frac = batch - lo if hi > lo else 0.0
-    t_dec = dec_lo.total_ms + frac * (dec.total_ms - dec_lo.total_ms)
+
+    def at_batch(field: str) -> float:
+        """A figure of the decode step at the fractional mean batch: linear between the whole batches around it."""
+        low = getattr(dec_lo, field)
+        return low + frac * (getattr(dec_hi, field) - low)
+
+    t_dec = at_batch("total_ms")
     # Prefills. Requests finishing in the same iteration are prefilled together, at most `per_chunk` prompts
     # per prefill iteration (the chunked-prefill budget). A group of m needs J = ceil(m / per_chunk)
     # iterations; per cycle of one slot every slot is prefilled once, so the cycle holds c / m groups; a
@@ -170,8 +176,8 @@ def steady_state(rs: ResolvedScenario) -> dict:
     makespan = generations * cycle + spread * z_max * t_dec
     throughput = c * generations * output / makespan * 1e3
     accept_length = (output - 1) / steps if steps else 1.0
-    parts = {"draft_compute": dec.draft_compute_ms, "draft_comm": dec.draft_comm_ms,
-             "verify_compute": dec.verify_compute_ms, "verify_comm": dec.verify_comm_ms, "cpu": dec.cpu_ms}
+    parts = {key: at_batch(f"{key}_ms") for key in ("draft_compute", "draft_comm", "verify_compute", "verify_comm",
+                                                     "cpu")}
     assert set(parts) == set(BREAKDOWN_KEYS)
     return {
         "tokens_per_s": (output - 1) / window * 1e3 if window > 0 else 0.0,
@@ -179,7 +185,7 @@ def steady_state(rs: ResolvedScenario) -> dict:
         "accept_length": accept_length,
         "iteration_ms": t_dec,
         "breakdown_ms": parts,
-        "roofline_tokens_per_s": accept_length / dec.roofline_ms * 1e3 if dec.roofline_ms > 0 else 0.0,
+        "roofline_tokens_per_s": accept_length / at_batch("roofline_ms") * 1e3 if dec_hi.roofline_ms > 0 else 0.0,
         "mean_batch_size": float(batch),
     }
 

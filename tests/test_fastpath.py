@@ -86,3 +86,12 @@ def test_fast_path_refuses_what_it_does_not_model(tmp_path):
     with pytest.raises(InputError, match="radix cache") as err:
         predict_fast(rs)
     assert err.value.key == "workload.shared_prefix_tokens"
+
+
+def test_fast_path_breakdown_adds_up_to_its_step_at_a_fractional_batch():
+    """The receive waits leave a fractional mean batch; the step and each part of it are taken at that batch."""
+    rs = load_scenario(SCENARIOS / "eagle3.yaml", ["workload.arrival.concurrency=16", "workload.num_requests=128",
+                                                    "workload.output_tokens.value=384"])
+    fast = predict_fast(rs)
+    assert 15 < fast["mean_batch_size"] < 16
+    assert sum(fast["breakdown_ms"].values()) == pytest.approx(fast["iteration_ms"], rel=1e-9)
