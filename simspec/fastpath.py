@@ -179,13 +179,14 @@ def steady_state(rs: ResolvedScenario) -> dict:
     parts = {key: at_batch(f"{key}_ms") for key in ("draft_compute", "draft_comm", "verify_compute", "verify_comm",
                                                      "cpu")}
     assert set(parts) == set(BREAKDOWN_KEYS)
+    roofline_ms = at_batch("roofline_ms")
     return {
         "tokens_per_s": (output - 1) / window * 1e3 if window > 0 else 0.0,
         "throughput_tokens_per_s": throughput,
         "accept_length": accept_length,
         "iteration_ms": t_dec,
         "breakdown_ms": parts,
-        "roofline_tokens_per_s": accept_length / at_batch("roofline_ms") * 1e3 if dec_hi.roofline_ms > 0 else 0.0,
+        "roofline_tokens_per_s": accept_length / roofline_ms * 1e3 if roofline_ms > 0 else 0.0,
         "mean_batch_size": float(batch),
     }
 
