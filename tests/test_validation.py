@@ -319,23 +319,29 @@ def test_host_per_token_profiles_are_the_fit_to_their_no_speculation_runs_and_th
 
 
 def test_eager_prefill_profile_is_the_fit_to_its_one_request_runs_and_the_rest_use_it():
-    """The cookbook B200 box's per-model profiles are calibration/fit_eager_prefill.py's output; each page's
-    one-request runs they were fitted to are marked fitted, its runs at 16-100 clients are not, and all use the
-    profile of their model."""
+    """The cookbook B200 box's per-model profiles are calibration/fit_eager_prefill.py's output; the runs each was
+    fitted to (the script's PAGES: a page's one-request runs when it was fitted) are marked fitted, the page's other
+    runs are not, and all use the profile of their model."""
+    import importlib.util
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_eager_prefill.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for prefix, profile, count in (("cookbook-deepseek-r1-", "cookbook-8xb200-deepseek-r1-host.yaml", 9),
-                                   ("cookbook-qwen3-235b-", "cookbook-8xb200-qwen3-235b-host.yaml", 3)):
+    spec = importlib.util.spec_from_file_location("fit_eager_prefill", ROOT / "calibration" / "fit_eager_prefill.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script  # its dataclasses resolve their module by name
+    spec.loader.exec_module(script)
+    for key, prefix, count in (("deepseek-r1", "cookbook-deepseek-r1-", 9), ("qwen3-235b", "cookbook-qwen3-235b-", 9)):
+        page = script.PAGES[key]
         cases = sorted((VALIDATION / "cases").glob(f"{prefix}*.yaml"))
         assert len(cases) == count
+        assert set(page.fitted) <= {f.stem for f in cases}
         for f in cases:
             case = load_case(f)
-            assert case.scenario["calibration"].endswith(f"calibration/profiles/{profile}"), f.name
-            assert case.fitted == f.stem.endswith("-c1"), f.name
+            assert case.scenario["calibration"].endswith(f"calibration/profiles/{page.profile_name}.yaml"), f.name
+            assert case.fitted == (f.stem in page.fitted), f.name
 
 
 # ------------------------------------------------------------------------------------------------ kernel tables
