@@ -24,6 +24,19 @@ SMALL = {
 }
 
 
+def calibration_script(stem: str):
+    """A script of calibration/ (not a package) imported as a module, registered under its stem so that its
+    dataclasses resolve their module."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(stem, ROOT / "calibration" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def auto_tree(version: str, model: str = "qwen3-8b", drafter: str = "eagle3-qwen3-8b") -> tuple[int, int, int]:
     """The (num_steps, topk, num_draft_tokens) SGLang `version` picks for an EAGLE-3 server of `model` given none."""
     from simspec.scenario.loader import parse_scenario, resolve

@@ -98,14 +98,9 @@ def test_an_interconnect_s_kind_of_link_is_read_off_its_gpu_links_and_cannot_be_
 
 
 def _lrc_reader():
-    import importlib.util
+    from tests.conftest import calibration_script
 
-    from tests.conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("read_lrc", ROOT / "calibration" / "read_lrc_cache_hit_rate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return calibration_script("read_lrc_cache_hit_rate")
 
 
 def _word(text, x, top):

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from simspec.cli import main
 from simspec.validation import case_files, load_case
-from tests.conftest import ROOT, SMALL
+from tests.conftest import ROOT, SMALL, calibration_script
 
 VALIDATION = ROOT / "validation"
 
@@ -322,17 +322,13 @@ def test_eager_prefill_profile_is_the_fit_to_its_one_request_runs_and_the_rest_u
     """The cookbook B200 box's per-model profiles are calibration/fit_eager_prefill.py's output; the runs each was
     fitted to (the script's PAGES: a page's one-request runs when it was fitted) are marked fitted, the page's other
     runs are not, and all use the profile of their model."""
-    import importlib.util
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, str(ROOT / "calibration" / "fit_eager_prefill.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    spec = importlib.util.spec_from_file_location("fit_eager_prefill", ROOT / "calibration" / "fit_eager_prefill.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script  # its dataclasses resolve their module by name
-    spec.loader.exec_module(script)
+    script = calibration_script("fit_eager_prefill")
     for key, prefix, count in (("deepseek-r1", "cookbook-deepseek-r1-", 9), ("qwen3-235b", "cookbook-qwen3-235b-", 9)):
         page = script.PAGES[key]
         cases = sorted((VALIDATION / "cases").glob(f"{prefix}*.yaml"))
