@@ -301,6 +301,44 @@ def test_all_reduce_latency_moves_with_gpu_count_by_ncclring_model():
     assert Collectives(curve, 1, "pcie").all_reduce_us(512) == 0.0
 
 
+def test_a_curve_derived_from_nccls_model_takes_its_fastest_ring_protocol():
+    """NCCL's tuning model on 8 H100s (nvlink4-nccl): LL's 15 us latency with its bus bandwidth capped at 141 GB/s
+    (Hopper's llMaxBws), LL128 from 14 + 14 x 1.9 us at 0.92 of the link, Simple from 8.4 + 14 x 3.4 us at the
+    link's 365 GB/s. A 1 MiB message still goes by LL, at about 28 us, not 20 us as LL's latency and Simple's
+    bandwidth would give; LL128 takes over near 3.5 MB and Simple past ~40 MB."""
+    from simspec.scenario.loader import preset_curve
+
+    c = Collectives(preset_curve("nvlink4-nccl"), 8, "nvlink")
+    per_byte = {bw: 2 * 7 / 8 / (bw * 1e9) * 1e6 for bw in (141.0, 0.92 * 365, 365.0)}
+    ll = 15.0 + (2**20 - 256) * per_byte[141.0]
+    assert c.all_reduce_us(2**20) == pytest.approx(ll)
+    assert 27 < ll < 29
+    assert c.all_reduce_us(8 * 2**20) == pytest.approx(14.0 + 14 * 1.9 + 8 * 2**20 * per_byte[0.92 * 365])
+    assert c.all_reduce_us(2**30) == pytest.approx(8.4 + 14 * 3.4 + 2**30 * per_byte[365.0])
+    assert c.all_reduce_us(256) == pytest.approx(15.0)  # small messages: LL's latency, as before
+    # no protocol is faster than the model says: the LL-latency-plus-Simple-bandwidth floor is never crossed
+    hybrid = Collectives(preset_curve("nvlink4-nccl").model_copy(update={"nccl_ring": None}), 8, "nvlink")
+    sizes = [2**k for k in range(8, 32)]
+    times = [c.all_reduce_us(s) for s in sizes]
+    assert times == sorted(times)
+    assert all(c.all_reduce_us(s) >= hybrid.all_reduce_us(s) - 1e-9 for s in sizes)
+    # over PCIe NCCL runs no LL128, and LL carries half the link (below any generation's cap)
+    pcie = Collectives(preset_curve("pcie4-nccl"), 8, "pcie")
+    simple = 8.4 + 14 * 5.7 + 2**26 * 2 * 7 / 8 / 20e9 * 1e6
+    assert pcie.all_reduce_us(2**26) == pytest.approx(simple)
+    assert pcie.all_reduce_us(2**16) == pytest.approx(20.6 + (2**16 - 256) * 2 * 7 / 8 / 10e9 * 1e6)
+
+
+def test_a_curve_derived_from_nccls_model_needs_its_simple_bandwidth():
+    from pydantic import ValidationError
+
+    from simspec.presets import NcclRingModel
+
+    with pytest.raises(ValidationError, match="bus_bandwidth_gbps"):
+        CollectiveCurve(measured_gpus=8, points_bytes_us=[(256, 15.0)], source="test",
+                        nccl_ring=NcclRingModel(ll_max_bus_bandwidth_gbps=141.0, ll128=True))
+
+
 def test_pcie_custom_all_reduce_helps_below_its_crossover_and_follows_nccl_above():
     """Both PCIe presets come from one box's measured table (interconnects.yaml sources): the custom kernel wins
     below 32 KB and hands larger messages to NCCL, so a 12-token verify of Kimi's 7168-wide hidden state (172 KB)

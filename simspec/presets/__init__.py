@@ -61,6 +61,17 @@ def check_curve_points(points: list[tuple[float, float]]) -> None:
         raise ValueError("all-reduce time must not fall as the message grows")
 
 
+class NcclRingModel(BaseModel):
+    """NCCL's own cost model of a ring all-reduce, for a curve derived from it rather than measured: each message
+    runs the ring protocol the model makes fastest (timing/collectives.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ll_max_bus_bandwidth_gbps: float = Field(
+        gt=0, description="NCCL's cap on the LL protocol's bus bandwidth inside one node, by GPU generation"
+                          " (tuning.cc llMaxBws)")
+    ll128: bool = Field(description="whether NCCL runs the LL128 protocol on these links (by default over NVLink only)")
+
+
 class InterconnectPreset(_Preset):
     links: GpuLinks = Field(description="the GPU links (GpuPreset.links) the curve was measured or derived on")
     p2p: bool = Field(default=True, description="whether the curve's GPUs copied to each other directly")
@@ -70,6 +81,9 @@ class InterconnectPreset(_Preset):
     bus_bandwidth_gbps: float | None = Field(default=None, gt=0)
     fallback: str | None = Field(default=None, description="an NCCL preset on the same link that the implementation"
                                                            " hands a message to whenever that is faster")
+    nccl_ring: NcclRingModel | None = Field(
+        default=None, description="a curve derived from NCCL's tuning model: its points are the LL protocol's latency"
+                                  " and bus_bandwidth_gbps the Simple protocol's")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -80,6 +94,8 @@ class InterconnectPreset(_Preset):
     @model_validator(mode="after")
     def _check_points(self) -> InterconnectPreset:
         check_curve_points(self.points_bytes_us)
+        if self.nccl_ring is not None and self.bus_bandwidth_gbps is None:
+            raise ValueError("a curve derived from NCCL's ring model needs bus_bandwidth_gbps (the Simple protocol's)")
         return self
 
 

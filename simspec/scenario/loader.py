@@ -352,7 +352,7 @@ def preset_curve(name: str) -> CollectiveCurve:
     ic = presets.interconnects()[name]
     dispatch = f" (each message goes to {ic.fallback} where that is faster)" if ic.fallback else ""
     return CollectiveCurve(measured_gpus=ic.measured_gpus, points_bytes_us=ic.points_bytes_us,
-                           bus_bandwidth_gbps=ic.bus_bandwidth_gbps,
+                           bus_bandwidth_gbps=ic.bus_bandwidth_gbps, nccl_ring=ic.nccl_ring,
                            source=f"interconnect preset {name}{dispatch}: {ic.source}",
                            fallback=preset_curve(ic.fallback) if ic.fallback else None)
 

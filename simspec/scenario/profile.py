@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
-from simspec.presets import check_curve_points
+from simspec.presets import NcclRingModel, check_curve_points
 from simspec.scenario.schema import MAX_GPUS, StrictModel
 
 # Plausibility bounds of what a profile may say. The coefficients a fit solves for take the fit's own bounds
@@ -65,10 +65,15 @@ class CollectiveCurve(StrictModel):
     fallback: CollectiveCurve | None = Field(
         default=None, description="the curve of the implementation a message goes to when that is faster (a custom "
                                   "all-reduce that hands messages past its crossover to NCCL)")
+    nccl_ring: NcclRingModel | None = Field(
+        default=None, description="set on a curve derived from NCCL's tuning model (an interconnect preset), not on a "
+                                  "measured one: each message is priced at NCCL's fastest ring protocol")
 
     @model_validator(mode="after")
     def _check_points(self) -> CollectiveCurve:
         check_curve_points(self.points_bytes_us)
+        if self.nccl_ring is not None and self.bus_bandwidth_gbps is None:
+            raise ValueError("a curve derived from NCCL's ring model needs bus_bandwidth_gbps (the Simple protocol's)")
         return self
 
 

@@ -6,6 +6,20 @@ A curve measured on p_ref GPUs is moved to p GPUs in two parts: its small-messag
 NCCL's own ring-latency model, baseLat + 2(p-1) hwLat with the LL protocol's baseLat 6.6 us and hwLat
 0.6 us (NVLink) or 1.0 us (PCIe), and what larger messages add on top by the ring's bandwidth factor
 2(p-1)/p (NCCL tuning model, shared/reference/hardware-and-models.md).
+
+A curve derived from NCCL's tuning model instead of measured (CollectiveCurve.nccl_ring: the NVLink presets) prices
+each message as NCCL's own model does, at the fastest of its three ring protocols, each its latency plus the bytes at
+its bus bandwidth (NCCL src/graph/tuning.cc, the ring refinements of ncclTopoTuneModel, v2.28):
+  - LL: the curve's latency (baseLat 6.6 + 2(p-1) hwLat); its bus bandwidth half the link's (each 8 bytes of data
+    travel with an 8-byte flag) and at most NCCL's llMaxBws for the GPU generation inside one node (87.7 GB/s
+    Ampere, 141 Hopper, 282 Blackwell). On an NVSwitch box the cap binds: an H100's LL moves 141 GB/s of bus
+    bandwidth where its Simple protocol reaches the ~365 GB/s nccl-tests measures.
+  - LL128 (NVLink only by default): baseLat 14.0 + 2(p-1) x 1.9 us, 120 of every 128 bytes data (0.92 of the link).
+  - Simple: baseLat 8.4 + 2(p-1) x 3.4 us (NVLink) or 5.7 (PCIe), the full bus bandwidth (bus_bandwidth_gbps).
+So a message from ~100 KB to a few MB, which LL still carries, costs several times what the Simple protocol's
+bandwidth alone gives: at TP 8 on H100s, 28 us at 1 MiB where the LL latency plus the Simple bandwidth gave 20
+(validation/HISTORY.md, 2026-12-05 round 14). NVLS (NVLink SHARP) is not modelled: NCCL picks it only for messages
+far larger than a decode step's.
 """
 
 from __future__ import annotations
@@ -17,10 +31,23 @@ from simspec.scenario.profile import CollectiveCurve
 
 NCCL_LL_BASE_LATENCY_US = 6.6
 NCCL_LL_HW_LATENCY_US = {"nvlink": 0.6, "pcie": 1.0}
+# NCCL's other ring protocols (baseLat, hwLat per link; hardware-and-models.md) and the share of the link's bus
+# bandwidth each carries as data (tuning.cc: LL x 0.5, LL128 x 0.92 = 120/128)
+NCCL_LL128_BASE_LATENCY_US = 14.0
+NCCL_LL128_HW_LATENCY_US = {"nvlink": 1.9, "pcie": 2.5}
+NCCL_SIMPLE_BASE_LATENCY_US = 8.4
+NCCL_SIMPLE_HW_LATENCY_US = {"nvlink": 3.4, "pcie": 5.7}
+NCCL_LL_BANDWIDTH_SHARE = 0.5
+NCCL_LL128_BANDWIDTH_SHARE = 0.92
 
 
 def ring_latency_us(p: int, link: str) -> float:
     return NCCL_LL_BASE_LATENCY_US + 2 * (p - 1) * NCCL_LL_HW_LATENCY_US[link]
+
+
+def ring_us_per_byte(p: int, bus_bandwidth_gbps: float) -> float:
+    """Microseconds a ring all-reduce over p GPUs spends per byte of its message at this bus bandwidth."""
+    return 2 * (p - 1) / p / (bus_bandwidth_gbps * 1e9) * 1e6
 
 
 class Collectives:
@@ -34,8 +61,21 @@ class Collectives:
         self._sizes = [float(s) for s, _ in curve.points_bytes_us]
         base = float(curve.points_bytes_us[0][1])
         self._times = [base * latency_scale + (float(t) - base) * bandwidth_scale for _, t in curve.points_bytes_us]
-        if curve.bus_bandwidth_gbps:
-            self._tail_us_per_byte = 2 * (tp - 1) / tp / (curve.bus_bandwidth_gbps * 1e9) * 1e6 if tp > 1 else 0.0
+        # NCCL's other ring protocols, as (latency us, us per byte), for a curve derived from its tuning model
+        self._protocols: list[tuple[float, float]] = []
+        ring = curve.nccl_ring
+        if ring is not None and curve.bus_bandwidth_gbps and tp > 1:
+            busbw = curve.bus_bandwidth_gbps
+            # the curve itself is LL: its latency, then LL's share of the link up to NCCL's cap
+            self._tail_us_per_byte = ring_us_per_byte(
+                tp, min(ring.ll_max_bus_bandwidth_gbps, NCCL_LL_BANDWIDTH_SHARE * busbw))
+            self._protocols.append((NCCL_SIMPLE_BASE_LATENCY_US + 2 * (tp - 1) * NCCL_SIMPLE_HW_LATENCY_US[link],
+                                    ring_us_per_byte(tp, busbw)))
+            if ring.ll128:
+                self._protocols.append((NCCL_LL128_BASE_LATENCY_US + 2 * (tp - 1) * NCCL_LL128_HW_LATENCY_US[link],
+                                        ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
+        elif curve.bus_bandwidth_gbps:
+            self._tail_us_per_byte = ring_us_per_byte(tp, curve.bus_bandwidth_gbps) if tp > 1 else 0.0
         elif len(self._sizes) > 1:
             self._tail_us_per_byte = (self._times[-1] - self._times[-2]) / (self._sizes[-1] - self._sizes[-2])
         else:
@@ -49,6 +89,8 @@ class Collectives:
         if self.tp == 1 or nbytes <= 0:
             return 0.0
         own = self._curve_us(nbytes)
+        for latency_us, us_per_byte in self._protocols:
+            own = min(own, latency_us + nbytes * us_per_byte)
         return min(own, self._fallback.all_reduce_us(nbytes)) if self._fallback is not None else own
 
     def _curve_us(self, nbytes: float) -> float:
