@@ -7,17 +7,17 @@ NCCL's own ring-latency model, baseLat + 2(p-1) hwLat with the LL protocol's bas
 0.6 us (NVLink) or 1.0 us (PCIe), and what larger messages add on top by the ring's bandwidth factor
 2(p-1)/p (NCCL tuning model, shared/reference/hardware-and-models.md).
 
-A curve derived from NCCL's tuning model instead of measured (CollectiveCurve.nccl_ring: the NVLink presets) prices
-each message as NCCL's own model does, at the fastest of its three ring protocols, each its latency plus the bytes at
-its bus bandwidth (NCCL src/graph/tuning.cc, the ring refinements of ncclTopoTuneModel, v2.28):
+A curve derived from NCCL's tuning model instead of measured (CollectiveCurve.nccl_ring: the NVLink presets and
+pcie4-nccl) prices each message as NCCL's own model does, at the fastest of its ring protocols, each its latency plus
+the bytes at its bus bandwidth (NCCL src/graph/tuning.cc, the ring refinements of ncclTopoTuneModel, v2.28):
   - LL: the curve's latency (baseLat 6.6 + 2(p-1) hwLat); its bus bandwidth half the link's (each 8 bytes of data
     travel with an 8-byte flag) and at most NCCL's llMaxBws for the GPU generation inside one node (87.7 GB/s
     Ampere, 141 Hopper, 282 Blackwell). On an NVSwitch box the cap binds: an H100's LL moves 141 GB/s of bus
     bandwidth where its Simple protocol reaches the ~365 GB/s nccl-tests measures.
   - LL128 (NVLink only by default): baseLat 14.0 + 2(p-1) x 1.9 us, 120 of every 128 bytes data (0.92 of the link).
   - Simple: baseLat 8.4 + 2(p-1) x 3.4 us (NVLink) or 5.7 (PCIe), the full bus bandwidth (bus_bandwidth_gbps).
-So a message from ~100 KB to a few MB, which LL still carries, costs several times what the Simple protocol's
-bandwidth alone gives: at TP 8 on H100s, 28 us at 1 MiB where the LL latency plus the Simple bandwidth gave 20
+So a message from ~100 KB to a few MB, which LL still carries, pays 2.6 times the Simple protocol's bandwidth term
+on H100s: at TP 8, 28 us at 1 MiB where the LL latency plus the Simple bandwidth gave 20
 (validation/HISTORY.md, 2026-12-05 round 14). NVLS (NVLink SHARP) is not modelled: NCCL picks it only for messages
 far larger than a decode step's.
 """
