@@ -61,6 +61,12 @@ def check_curve_points(points: list[tuple[float, float]]) -> None:
         raise ValueError("all-reduce time must not fall as the message grows")
 
 
+def check_nccl_ring(nccl_ring: NcclRingModel | None, bus_bandwidth_gbps: float | None) -> None:
+    """A curve derived from NCCL's ring model prices its Simple protocol at the curve's bus bandwidth: it needs one."""
+    if nccl_ring is not None and bus_bandwidth_gbps is None:
+        raise ValueError("a curve derived from NCCL's ring model needs bus_bandwidth_gbps (the Simple protocol's)")
+
+
 class NcclRingModel(BaseModel):
     """NCCL's own cost model of a ring all-reduce, for a curve derived from it rather than measured: each message
     runs the ring protocol the model makes fastest (timing/collectives.py)."""
@@ -94,8 +100,7 @@ class InterconnectPreset(_Preset):
     @model_validator(mode="after")
     def _check_points(self) -> InterconnectPreset:
         check_curve_points(self.points_bytes_us)
-        if self.nccl_ring is not None and self.bus_bandwidth_gbps is None:
-            raise ValueError("a curve derived from NCCL's ring model needs bus_bandwidth_gbps (the Simple protocol's)")
+        check_nccl_ring(self.nccl_ring, self.bus_bandwidth_gbps)
         return self
 
 

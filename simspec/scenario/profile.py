@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
-from simspec.presets import NcclRingModel, check_curve_points
+from simspec.presets import NcclRingModel, check_curve_points, check_nccl_ring
 from simspec.scenario.schema import MAX_GPUS, StrictModel
 
 # Plausibility bounds of what a profile may say. The coefficients a fit solves for take the fit's own bounds
@@ -72,8 +72,7 @@ class CollectiveCurve(StrictModel):
     @model_validator(mode="after")
     def _check_points(self) -> CollectiveCurve:
         check_curve_points(self.points_bytes_us)
-        if self.nccl_ring is not None and self.bus_bandwidth_gbps is None:
-            raise ValueError("a curve derived from NCCL's ring model needs bus_bandwidth_gbps (the Simple protocol's)")
+        check_nccl_ring(self.nccl_ring, self.bus_bandwidth_gbps)
         return self
 
 

@@ -29,20 +29,20 @@ from functools import lru_cache
 
 from simspec.scenario.profile import CollectiveCurve
 
-NCCL_LL_BASE_LATENCY_US = 6.6
-NCCL_LL_HW_LATENCY_US = {"nvlink": 0.6, "pcie": 1.0}
-# NCCL's other ring protocols (baseLat, hwLat per link; hardware-and-models.md) and the share of the link's bus
-# bandwidth each carries as data (tuning.cc: LL x 0.5, LL128 x 0.92 = 120/128)
-NCCL_LL128_BASE_LATENCY_US = 14.0
-NCCL_LL128_HW_LATENCY_US = {"nvlink": 1.9, "pcie": 2.5}
-NCCL_SIMPLE_BASE_LATENCY_US = 8.4
-NCCL_SIMPLE_HW_LATENCY_US = {"nvlink": 3.4, "pcie": 5.7}
+# NCCL's ring latency per protocol: baseLat + 2(p-1) hwLat, baseLat and hwLat per link (hardware-and-models.md), and
+# the share of the link's bus bandwidth LL and LL128 carry as data (tuning.cc: LL x 0.5, LL128 x 0.92 = 120/128)
+NCCL_RING_LATENCY_US = {  # protocol: (baseLat, {link: hwLat})
+    "LL": (6.6, {"nvlink": 0.6, "pcie": 1.0}),
+    "LL128": (14.0, {"nvlink": 1.9, "pcie": 2.5}),
+    "Simple": (8.4, {"nvlink": 3.4, "pcie": 5.7}),
+}
 NCCL_LL_BANDWIDTH_SHARE = 0.5
 NCCL_LL128_BANDWIDTH_SHARE = 0.92
 
 
-def ring_latency_us(p: int, link: str) -> float:
-    return NCCL_LL_BASE_LATENCY_US + 2 * (p - 1) * NCCL_LL_HW_LATENCY_US[link]
+def ring_latency_us(p: int, link: str, protocol: str = "LL") -> float:
+    base, hw = NCCL_RING_LATENCY_US[protocol]
+    return base + 2 * (p - 1) * hw[link]
 
 
 def ring_us_per_byte(p: int, bus_bandwidth_gbps: float) -> float:
@@ -69,10 +69,9 @@ class Collectives:
             # the curve itself is LL: its latency, then LL's share of the link up to NCCL's cap
             self._tail_us_per_byte = ring_us_per_byte(
                 tp, min(ring.ll_max_bus_bandwidth_gbps, NCCL_LL_BANDWIDTH_SHARE * busbw))
-            self._protocols.append((NCCL_SIMPLE_BASE_LATENCY_US + 2 * (tp - 1) * NCCL_SIMPLE_HW_LATENCY_US[link],
-                                    ring_us_per_byte(tp, busbw)))
+            self._protocols.append((ring_latency_us(tp, link, "Simple"), ring_us_per_byte(tp, busbw)))
             if ring.ll128:
-                self._protocols.append((NCCL_LL128_BASE_LATENCY_US + 2 * (tp - 1) * NCCL_LL128_HW_LATENCY_US[link],
+                self._protocols.append((ring_latency_us(tp, link, "LL128"),
                                         ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
         elif curve.bus_bandwidth_gbps:
             self._tail_us_per_byte = ring_us_per_byte(tp, curve.bus_bandwidth_gbps) if tp > 1 else 0.0
