@@ -83,6 +83,9 @@ class Case(StrictModel):
     scenario: dict[str, Any]
     alternatives: list[Alternative] = Field(default_factory=list)
     missing_mechanism: str | None = None
+    # the id of the case in which the same source measured the same box and workload without speculation: the two
+    # figures give a measured speedup, their predictions a predicted one (verdicts)
+    baseline_case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,7 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         "mean_bar_pct": MEAN_BAR_PCT,
         "by_source": by_source(results),
         "also_measured": also_summary(results),
+        "verdicts": verdict_summary(results),
     }
 
 
@@ -292,6 +296,107 @@ def also_summary(results: list[CaseResult]) -> dict[str, Any]:
         "mape_pct": sum(map(abs, errs)) / len(errs) if errs else None,
         "by_metric": [{"metric": m, "figures": len(es), "mape_pct": sum(map(abs, es)) / len(es),
                        "mean_signed_error_pct": sum(es) / len(es)} for m, es in sorted(groups.items())],
+    }
+
+
+SPEEDUP_METRICS = ("speedup", "throughput_speedup")
+PAIRED_METRICS = ("tokens_per_s", "throughput_tokens_per_s")  # a baseline_case pair compares one of these
+# what a speculative case's scenario may change from its baseline_case's: all else is the same box and workload
+PAIR_FREE_KEYS = ("name", "description", "speculative", "acceptance")
+
+
+def is_speculative(case: Case) -> bool:
+    spec = case.scenario.get("speculative")
+    return isinstance(spec, dict) and spec.get("algorithm", "none") != "none"
+
+
+def check_baseline_cases(files: list[Path], suite: bool = True) -> None:
+    """Every baseline_case names a case among `files` that is the same scenario without speculation (as
+    PAIR_FREE_KEYS allow), measured in the same metric, a throughput; InputError naming the file and the field
+    otherwise. Run before predicting, so that a broken pair costs no minutes. suite=False: one case file given
+    alone, which runs without its pair (only the case's own fields are checked)."""
+    cases = {f: load_case(f) for f in files}
+    by_id = {c.id: c for c in cases.values()}
+    for f, case in cases.items():
+        ref = case.baseline_case
+        if ref is None:
+            continue
+
+        def bad(why: str, f: Path = f) -> InputError:
+            return InputError(why, file=str(f), key="baseline_case")
+
+        if not is_speculative(case):
+            raise bad("only a speculative case has a baseline: this case's scenario has no speculative.algorithm")
+        if case.measured.metric not in PAIRED_METRICS:
+            raise bad(f"a pair compares throughputs ({', '.join(PAIRED_METRICS)}), not {case.measured.metric}; a "
+                      "speedup the source gives is compared as it stands")
+        base = by_id.get(ref)
+        if base is None:
+            if suite:
+                raise bad(f"no case {ref!r} in the suite: give the id of the no-speculation case of the same box")
+            continue
+        if is_speculative(base):
+            raise bad(f"{ref!r} is speculative: a baseline runs without speculation")
+        if base.measured.metric != case.measured.metric:
+            raise bad(f"{ref!r} measured {base.measured.metric}, this case {case.measured.metric}: a pair compares one"
+                      " metric")
+        keys = sorted((set(case.scenario) | set(base.scenario)) - set(PAIR_FREE_KEYS))
+        differ = [k for k in keys if case.scenario.get(k) != base.scenario.get(k)]
+        if differ:
+            raise bad(f"{ref!r} differs in scenario.{differ[0]}: a baseline is the same scenario without speculation"
+                      f" (it may differ only in {', '.join(PAIR_FREE_KEYS)})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether speculation beats no speculation on a case's box, as measured and as predicted: the question
+    simspec answers before anyone commits GPU hours. From a case whose source gives the speedup, or from a
+    throughput case and its baseline_case (both figures measured, both predicted)."""
+
+    case_id: str
+    baseline_case: str | None
+    measured_speedup: float
+    predicted_speedup: float
+
+    @property
+    def agrees(self) -> bool:
+        """Both faster than no speculation, or both not."""
+        return (self.measured_speedup > 1.0) == (self.predicted_speedup > 1.0)
+
+    @property
+    def error_pct(self) -> float:
+        return signed_error_pct(self.predicted_speedup, self.measured_speedup)
+
+
+def verdicts(results: list[CaseResult]) -> list[Verdict]:
+    """The verdicts of the non-fitted speculative cases that predicted (a pair needs its baseline predicted too;
+    the baseline itself may be fitted: the verdict turns on the speculative run)."""
+    by_id = {r.case.id: r for r in results}
+    out = []
+    for r in results:
+        case = r.case
+        if case.fitted or r.predicted is None or not is_speculative(case):
+            continue
+        if case.measured.metric in SPEEDUP_METRICS:
+            out.append(Verdict(case.id, None, case.measured.value, r.predicted))
+            continue
+        base = by_id.get(case.baseline_case) if case.baseline_case else None
+        if base is not None and base.predicted is not None:
+            out.append(Verdict(case.id, base.case.id, case.measured.value / base.case.measured.value,
+                               r.predicted / base.predicted))
+    return out
+
+
+def verdict_summary(results: list[CaseResult]) -> dict[str, Any]:
+    """How many verdicts agree, the ones that do not (recorded.yaml gates their count as verdicts_wrong), and the
+    mean absolute error of the predicted speedups."""
+    vs = verdicts(results)
+    return {
+        "compared": len(vs),
+        "agree": sum(v.agrees for v in vs),
+        "speedup_mape_pct": sum(abs(v.error_pct) for v in vs) / len(vs) if vs else None,
+        "wrong": [{"id": v.case_id, "baseline_case": v.baseline_case, "measured_speedup": v.measured_speedup,
+                   "predicted_speedup": v.predicted_speedup} for v in vs if not v.agrees],
     }
 
 
@@ -317,6 +422,15 @@ def markdown_summary(summary: dict[str, Any], kernel_summary: dict[str, Any] | N
         src = row["source"].replace("|", "\\|")
         link = f"<{src}>" if src.startswith(("http://", "https://")) else src
         lines.append(f"| {link} | {row['cases']} | {row['within_case_bar']} | {pct(row['mape_pct'])} |")
+    verdict = summary.get("verdicts")
+    if verdict and verdict["compared"]:
+        lines += ["", f"Verdicts (does speculation beat no speculation on the same box, as measured?): "
+                  f"{verdict['agree']} of {verdict['compared']} non-fitted speculative cases agree; the predicted "
+                  f"speedups' mean |error| {pct(verdict['speedup_mape_pct'])}."]
+        if verdict["wrong"]:
+            lines += ["", "| wrong verdict | measured speedup | predicted speedup |", "|---|---|---|"]
+            lines += [f"| {w['id']} | {w['measured_speedup']:.2f}x | {w['predicted_speedup']:.2f}x |"
+                      for w in verdict["wrong"]]
     also = summary.get("also_measured")
     if also and also["figures"]:
         lines += ["", f"Latencies the same runs measured (the non-fitted cases' `also_measured`, not in the means "
@@ -343,18 +457,25 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
         return [{"metric": a.metric, "measured": a.measured, "predicted": a.predicted, "error_pct": a.error_pct}
                 for a in r.also]
 
+    judged = {vd.case_id: vd for vd in verdicts(results)}
+
+    def verdict(r: CaseResult) -> dict[str, Any] | None:
+        vd = judged.get(r.case.id)
+        return None if vd is None else {"baseline_case": vd.baseline_case, "measured_speedup": vd.measured_speedup,
+                                        "predicted_speedup": vd.predicted_speedup, "agrees": vd.agrees}
+
     return [{
         "id": r.case.id, "title": r.case.title, "metric": r.case.measured.metric, "measured": r.case.measured.value,
         "predicted": r.predicted, "error_pct": r.error_pct, "fitted": r.case.fitted,
         "source": source_of(r.case), "missing_mechanism": r.case.missing_mechanism,
         "alternatives": alternatives(r), "error_range_pct": r.error_range_pct,
         "measured_in_range": r.measured_in_range, "failure": r.failure,
-        "also_measured": also(r),
+        "also_measured": also(r), "verdict": verdict(r),
     } for r in results]
 
 
 RECORDED = "recorded.yaml"
-RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct", "also_measured_mape_pct")
+RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct", "also_measured_mape_pct", "verdicts_wrong")
 
 
 def suite_root(directory: str | Path) -> Path:
@@ -368,7 +489,8 @@ def suite_root(directory: str | Path) -> Path:
 def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> float | None:
     """A mean error recorded in the repository (validation/recorded.yaml), a CI regression gate: the end-to-end
     cases' non-fitted MAPE (mape_not_fitted_pct), the kernel tables' (kernel_mape_pct) or the non-fitted cases'
-    also_measured figures' (also_measured_mape_pct). None when not recorded."""
+    also_measured figures' (also_measured_mape_pct); or the count of verdicts the model gets wrong
+    (verdicts_wrong). None when not recorded."""
     path = suite_root(directory) / RECORDED
     if not path.exists():
         return None
@@ -376,8 +498,8 @@ def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> fl
     unknown = [k for k in data if k not in RECORDED_KEYS]
     if unknown:
         raise InputError(f"unknown key; allowed keys: {', '.join(RECORDED_KEYS)} (the cases' non-fitted, the kernel"
-                         " tables' and the cases' other measured figures' mean error; `simspec validate DIR --record`"
-                         " writes them)", file=str(path),
+                         " tables' and the cases' other measured figures' mean error, and the wrong verdicts;"
+                         " `simspec validate DIR --record` writes them)", file=str(path),
                          key=str(unknown[0]))
     if key not in data:
         if key != "mape_not_fitted_pct":
@@ -387,4 +509,6 @@ def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> fl
     value = data.get(key)
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
         raise InputError("must be a non-negative number", file=str(path), key=key)
+    if key == "verdicts_wrong" and value != int(value):
+        raise InputError("must be a whole number (a count of cases)", file=str(path), key=key)
     return float(value)

@@ -33,6 +33,9 @@ def test_the_suite_does_not_regress_past_the_recorded_error():
     also = s["also_measured"]  # the latencies the cases' runs measured: their own gate
     assert also["recorded_mape_pct"] is not None, "validation/recorded.yaml has no also_measured_mape_pct"
     assert also["figures"] >= 40 and also["mape_pct"] <= also["recorded_mape_pct"], also
+    verdicts = s["verdicts"]  # does speculation beat no speculation, as measured and as predicted: its own gate
+    assert verdicts["recorded_wrong"] is not None, "validation/recorded.yaml has no verdicts_wrong"
+    assert verdicts["compared"] >= 80 and len(verdicts["wrong"]) <= verdicts["recorded_wrong"], verdicts
     assert res.exit_code == 0
     # a case's note opens with the error it explains; a change that moves the case further than 1.5 points puts a dated
     # line with the new figure in front (validation/README.md), so that no note argues from a figure gone stale
@@ -807,3 +810,83 @@ def test_every_also_measured_figure_is_a_number_its_source_quotes():
             assert a.value in numbers, f"{f.name}: {a.metric} {a.value} is not in its quote"
             count += 1
     assert count >= 40
+
+
+EAGLE3 = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+
+
+def _speculative(**changes) -> dict:
+    """SMALL with EAGLE-3 at a high accept length: the model makes it faster than SMALL without speculation."""
+    return dict(SMALL, speculative=EAGLE3, acceptance={"accept_length": 3.5, "source": "test"}) | changes
+
+
+def test_verdicts_compare_the_speedup_a_source_gives_or_a_case_and_its_baseline(tmp_path):
+    """A speculative case measured at 0.8 x its baseline (speculation lost), predicted faster: a wrong verdict, its
+    speedups the ratios of the two cases' figures. A source's own speedup of 1.5, predicted faster too: right. A fitted
+    speculative case gives no verdict."""
+    _case(tmp_path, "base", measured={"metric": "tokens_per_s", "value": 100.0})
+    _case(tmp_path, "spec", measured={"metric": "tokens_per_s", "value": 80.0}, scenario=_speculative(),
+          baseline_case="base")
+    _case(tmp_path, "ratio", measured={"metric": "speedup", "value": 1.5}, scenario=_speculative())
+    _case(tmp_path, "fit", fitted=True, measured={"metric": "speedup", "value": 0.5}, scenario=_speculative())
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    rows = {c["id"]: c for c in out["cases"]}
+    assert rows["spec"]["predicted"] > rows["base"]["predicted"] and rows["ratio"]["predicted"] > 1
+    v = out["summary"]["verdicts"]
+    assert (v["compared"], v["agree"]) == (2, 1)
+    assert v["wrong"] == [{"id": "spec", "baseline_case": "base", "measured_speedup": pytest.approx(0.8),
+                           "predicted_speedup": pytest.approx(rows["spec"]["predicted"] / rows["base"]["predicted"])}]
+    assert rows["spec"]["verdict"] == {"baseline_case": "base", "measured_speedup": pytest.approx(0.8),
+                                       "predicted_speedup": v["wrong"][0]["predicted_speedup"], "agrees": False}
+    assert rows["ratio"]["verdict"]["agrees"] and rows["base"]["verdict"] is None and rows["fit"]["verdict"] is None
+    pair_error = abs(v["wrong"][0]["predicted_speedup"] / 0.8 - 1) * 100
+    assert v["speedup_mape_pct"] == pytest.approx((pair_error + abs(rows["ratio"]["error_pct"])) / 2)
+    text = CliRunner().invoke(main, ["validate", str(tmp_path)]).output
+    assert "1 of 2" in text and "wrong verdicts" in text and "0.80x" in text
+    md = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown"]).output
+    assert "1 of 2 non-fitted speculative cases agree" in md and "| spec | 0.80x |" in md
+    # one case file given alone runs without its pair: no verdict, no error
+    alone = CliRunner().invoke(main, ["validate", str(tmp_path / "cases" / "spec.yaml"), "--json"])
+    assert alone.exit_code == 0 and json.loads(alone.output)["summary"]["verdicts"]["compared"] == 0
+
+
+@pytest.mark.parametrize("spec_changes, base_changes, needle", [
+    ({"baseline_case": "nobody"}, {}, "no case 'nobody'"),
+    ({"baseline_case": "base"}, {"scenario": _speculative()}, "'base' is speculative"),
+    ({"baseline_case": "base"}, {"scenario": dict(SMALL, model="qwen3-8b")}, "differs in scenario.model"),
+    ({"baseline_case": "base", "scenario": dict(SMALL)}, {}, "only a speculative case"),
+    ({"baseline_case": "base", "measured": {"metric": "speedup", "value": 1.2}}, {}, "a pair compares throughputs"),
+    ({"baseline_case": "base"}, {"measured": {"metric": "throughput_tokens_per_s", "value": 90.0}},
+     "a pair compares one metric"),
+])
+def test_a_baseline_case_must_be_the_same_scenario_without_speculation(tmp_path, spec_changes, base_changes, needle):
+    _case(tmp_path, "base", **base_changes)
+    _case(tmp_path, "spec", **({"scenario": _speculative()} | spec_changes))
+    res = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "spec.yaml" in res.output and "baseline_case" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_wrong_verdicts_have_their_own_recorded_gate(tmp_path):
+    """--record writes the count of wrong verdicts; one more fails --check; a record without the count, or with a
+    count that is no whole number, is an input error (exit 2) naming the key."""
+    _case(tmp_path, "base")
+    _case(tmp_path, "spec", measured={"metric": "tokens_per_s", "value": 80.0}, scenario=_speculative(),
+          baseline_case="base")
+    _case(tmp_path, "ratio", measured={"metric": "speedup", "value": 1.5}, scenario=_speculative())
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--record"]).exit_code == 0
+    recorded = yaml.safe_load((tmp_path / "recorded.yaml").read_text())
+    assert recorded["verdicts_wrong"] == 1
+    text = (tmp_path / "recorded.yaml").read_text()
+    (tmp_path / "recorded.yaml").write_text(text.replace("mape_not_fitted_pct:", "mape_not_fitted_pct: 1000 #"))
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--check"]).exit_code == 0
+    _case(tmp_path, "ratio", measured={"metric": "speedup", "value": 0.9}, scenario=_speculative())  # now wrong too
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 1 and "recorded wrong verdicts: 1" in res.output and "REGRESSED" in res.output
+    (tmp_path / "recorded.yaml").write_text("mape_not_fitted_pct: 1000\nverdicts_wrong: 1.5\n")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 2 and "verdicts_wrong" in res.output and "whole number" in res.output
+    (tmp_path / "recorded.yaml").write_text("mape_not_fitted_pct: 1000\n")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 2 and "verdicts_wrong" in res.output and "--record" in res.output

@@ -18,11 +18,11 @@ _RECORD_STEP = 0.01
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (cases and summary).")
 @click.option("--check", is_flag=True,
               help="Exit 1 when a case fails to predict, or the non-fitted mean error, the kernel tables' mean"
-                   " error or the cases' other measured figures' mean error exceeds DIR/recorded.yaml (the CI"
-                   " regression gate).")
+                   " error, the cases' other measured figures' mean error or the count of wrong verdicts exceeds"
+                   " DIR/recorded.yaml (the CI regression gate).")
 @click.option("--record", is_flag=True,
               help="Write the non-fitted mean error, the kernel tables' and the other measured figures' mean errors"
-                   " to DIR/recorded.yaml.")
+                   " and the count of wrong verdicts to DIR/recorded.yaml.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
 @click.option("--markdown", "as_markdown", is_flag=True,
@@ -34,7 +34,9 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     Prints measured, predicted and error per case, then the mean absolute percentage error over the cases
     NOT used to fit a profile (the fidelity figure) and, separately, over the fitted ones. The latencies a case's
     source measured in the same run (its also_measured: TTFT, TPOT, ITL) follow, with their own mean. Kernel
-    tables under DIR/kernels (published microbenchmarks of one kernel) are reported last, with theirs.
+    tables under DIR/kernels (published microbenchmarks of one kernel) are reported last, with theirs. Verdicts
+    say, for each speculative case, whether speculation beat no speculation as measured and as predicted: from the
+    speedup the source gives, or from the case and its baseline_case.
     """
     from rich.console import Console
     from rich.markup import escape
@@ -65,6 +67,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                              f" with `simspec validate {directory} --record`", file=str(root / v.RECORDED),
                              key="--check")
         files = v.case_files(directory)
+        v.check_baseline_cases(files, suite=not Path(directory).is_file())
         with Progress(transient=True, disable=as_json or as_markdown, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
             results = v.run_cases(files, progress=lambda: bar.advance(task))
@@ -83,6 +86,13 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 and not Path(directory).is_file():
             raise InputError("has no also_measured_mape_pct while cases give also_measured figures: record it with"
                              " --record", file=str(root / v.RECORDED), key="also_measured_mape_pct")
+        verdict_summary = summary["verdicts"]
+        verdicts_wrong = v.recorded_mape(root, "verdicts_wrong")
+        verdicts_recorded = None if verdicts_wrong is None else int(verdicts_wrong)
+        if verdict_summary["compared"] and recorded is not None and verdicts_recorded is None and not record \
+                and not Path(directory).is_file():
+            raise InputError("has no verdicts_wrong while speculative cases give verdicts: record it with --record",
+                             file=str(root / v.RECORDED), key="verdicts_wrong")
         if kernel_summary is not None and record and kernel_summary["mape_pct"] is None:
             raise InputError("no kernel-table point is compared (all fit in L2 or belong to fitted tables):"
                              " nothing to record for them",
@@ -108,7 +118,9 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     also_summary["recorded_mape_pct"] = also_recorded
     also_regressed = (also_recorded is not None and also_summary["mape_pct"] is not None
                       and also_summary["mape_pct"] > also_recorded)
-    summary["regressed"] = regressed or kernels_regressed or also_regressed
+    verdict_summary["recorded_wrong"] = verdicts_recorded
+    verdicts_regressed = verdicts_recorded is not None and len(verdict_summary["wrong"]) > verdicts_recorded
+    summary["regressed"] = regressed or kernels_regressed or also_regressed or verdicts_regressed
 
     if record:
         value = summary["mape_not_fitted_pct"]
@@ -120,9 +132,10 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
 
         text = ("# Mean absolute % error of simspec validate over the cases NOT used for fitting, over the\n"
                 "# compared points of the kernel tables not used for fitting (validation/kernels), and over the\n"
-                "# non-fitted cases' also_measured latencies. CI (tests/test_validation.py) fails when any grows\n"
-                "# beyond its figure here. Update with `simspec validate --record` only when a change is meant to\n"
-                "# move them, and say why in the commit.\n"
+                "# non-fitted cases' also_measured latencies, and the count of non-fitted speculative cases whose\n"
+                "# verdict (faster than no speculation or not) the model gets wrong. CI (tests/test_validation.py)\n"
+                "# fails when any grows beyond its figure here. Update with `simspec validate --record` only when a\n"
+                "# change is meant to move them, and say why in the commit.\n"
                 f"mape_not_fitted_pct: {up(value):.2f}\n")
         if kernel_mape is not None:
             text += f"kernel_mape_pct: {up(kernel_mape):.2f}\n"
@@ -131,11 +144,14 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             text += f"also_measured_mape_pct: {up(also_summary['mape_pct']):.2f}\n"
         also_summary["recorded_mape_pct"] = also_recorded = (
             round(up(also_summary["mape_pct"]), 2) if also_summary["mape_pct"] is not None else None)
+        if verdict_summary["compared"]:
+            text += f"verdicts_wrong: {len(verdict_summary['wrong'])}\n"
+            verdict_summary["recorded_wrong"] = verdicts_recorded = len(verdict_summary["wrong"])
         (root / "recorded.yaml").write_text(text)
         summary["recorded_mape_not_fitted_pct"] = recorded = round(up(value), 2)
         if kernel_summary is not None:
             kernel_recorded = kernel_summary["recorded_mape_pct"]  # what the output below reports as recorded
-        regressed = kernels_regressed = also_regressed = False
+        regressed = kernels_regressed = also_regressed = verdicts_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
     if as_markdown:
@@ -195,6 +211,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         if recorded is not None:
             state = "[red]REGRESSED[/]" if regressed else "ok"
             console.print(f"recorded non-fitted mean error: {recorded:.2f}% ({state})")
+        if verdict_summary["compared"]:
+            _print_verdicts(console, verdict_summary, verdicts_regressed)
         if also_summary["figures"]:
             _print_also(console, results, also_summary, also_regressed)
         if kernel_summary is not None:
@@ -274,6 +292,31 @@ def _print_also(console, results: list, also_summary: dict, regressed: bool) -> 
     if also_summary["recorded_mape_pct"] is not None:
         state = "[red]REGRESSED[/]" if regressed else "ok"
         console.print(f"recorded latency mean error: {also_summary['recorded_mape_pct']:.2f}% ({state})")
+
+
+def _print_verdicts(console, verdict_summary: dict, regressed: bool) -> None:
+    """Whether speculation beats no speculation, as measured and as predicted, and the cases where the two differ."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simspec import validation as v
+
+    console.print(f"verdicts (faster than no speculation on the same box, or not), non-fitted speculative cases:"
+                  f" [bold]{verdict_summary['agree']} of {verdict_summary['compared']}[/] agree with the measurement;"
+                  f" mean |error| of the predicted speedups {v.pct(verdict_summary['speedup_mape_pct'])}")
+    if verdict_summary["wrong"]:
+        t = Table(title="wrong verdicts", title_justify="left")
+        t.add_column("case", overflow="fold")
+        t.add_column("baseline", overflow="fold")
+        for col in ("measured speedup", "predicted speedup"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for w in verdict_summary["wrong"]:
+            t.add_row(escape(w["id"]), escape(w["baseline_case"] or "(the source's speedup)"),
+                      f"{w['measured_speedup']:.2f}x", f"{w['predicted_speedup']:.2f}x")
+        console.print(t)
+    if verdict_summary["recorded_wrong"] is not None:
+        state = "[red]REGRESSED[/]" if regressed else "ok"
+        console.print(f"recorded wrong verdicts: {verdict_summary['recorded_wrong']} ({state})")
 
 
 def _failed_text(failed: list) -> str:
