@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from simspec import presets
+from simspec.scenario import releases
 from simspec.scenario.loader import parse_scenario, resolve
 from simspec.scenario.profile import CollectiveCurve
 from simspec.timing.collectives import Collectives, ring_latency_us
@@ -416,7 +417,9 @@ def test_eagle_iteration_runs_num_steps_draft_passes(small):
     drafts = [f for f in plan if f.is_draft]
     assert sum(f.repeats for f in drafts) == 3
     assert [f.tokens_per_request for f in drafts] == [1, 4]  # topk per step; extend padded to num_steps + 1 (v1)
-    assert drafts[0].launch_ms == m.eff.forward_overhead_ms  # the two draft steps are one CUDA graph
+    graph_gpu_ms = rs.coefficient("graph_replay_gpu_us") / 1e3
+    assert drafts[0].launch_ms == pytest.approx(graph_gpu_ms)  # the two draft steps are one CUDA graph
+    assert drafts[0].launch_host_ms == pytest.approx(rs.coefficient("graph_launch_us") / 1e3)  # a straight chain
     verify = [f for f in plan if not f.is_draft]
     assert len(verify) == 1 and verify[0].tokens_per_request == 4  # one verify over num_draft_tokens
 
@@ -435,7 +438,8 @@ def test_ngram_has_no_draft_forward_and_pays_cpu(small):
     assert cost.draft_compute_ms == 0.0 and cost.draft_comm_ms == 0.0
     c = rs.coefficient
     expected_cpu = c("scheduler_cpu_ms") + 4 * c("scheduler_cpu_per_request_ms") + c("spec_cpu_ms") + \
-        4 * c("ngram_cpu_per_request_us") / 1e3 + 4 * 8 * c("spec_cpu_per_verified_token_us") / 1e3
+        4 * c("ngram_cpu_per_request_us") / 1e3 + 4 * 8 * c("spec_cpu_per_verified_token_us") / 1e3 + \
+        sum(f.launch_host_ms for f in IterationModel(rs).plan(4))  # the verify graph's launch
     assert cost.cpu_ms == pytest.approx(expected_cpu)  # 0.5.10: n-gram cannot overlap
 
 
@@ -462,7 +466,8 @@ def test_overlap_hides_cpu_behind_the_gpu(small):
     assert rs.overlap
     cost = IterationModel(rs).decode(1, 500)
     gpu = cost.verify_compute_ms + cost.verify_comm_ms
-    cpu = rs.coefficient("scheduler_cpu_ms") + rs.coefficient("scheduler_cpu_per_request_ms")
+    cpu = rs.coefficient("scheduler_cpu_ms") + rs.coefficient("scheduler_cpu_per_request_ms") + \
+        IterationModel(rs).plan(1)[0].launch_host_ms
     assert cost.cpu_ms == pytest.approx(max(0.0, cpu - gpu))
     off = dataclasses.replace(rs, overlap=False)
     assert IterationModel(off).decode(1, 500).cpu_ms == pytest.approx(cpu)
@@ -755,3 +760,58 @@ def test_iteration_model_applies_the_small_tile_rate_by_release_to_target_and_mt
             assert im.target._small_tiles.max_tokens == 384 and im.draft._small_tiles.max_tokens == 384
         steps[version] = im.decode(32, 32 * 1000).total_ms
     assert steps["0.4.6.post1"] > steps["0.5.8"]
+
+
+def _plain(small, **server):
+    d = dict(small)
+    d["server"] = {"tp": 1, **server}
+    return resolve(parse_scenario(d, "t.yaml"), "t.yaml")
+
+
+def test_graph_launch_is_host_time_that_overlap_hides(small):
+    """A CUDA graph's launch is host time: overlap scheduling hides it behind the GPU step; a v1 speculative
+    iteration, which waits for its results, pays it on top of the GPU."""
+    rs = _plain(small)
+    m = IterationModel(rs)
+    (decode,) = m.plan(1)
+    assert rs.overlap and decode.launch_host_ms > 0
+    cost = m.decode(1, 1000.0)
+    gpu = cost.verify_compute_ms + cost.verify_comm_ms
+    assert cost.cpu_ms == pytest.approx(max(0.0, rs.coefficient("scheduler_cpu_ms")
+                                            + rs.coefficient("scheduler_cpu_per_request_ms")
+                                            + decode.launch_host_ms - gpu))
+    spec = IterationModel(_resolved(small, algorithm="eagle3", drafter="eagle3-llama-3.1-8b", num_steps=3, topk=1,
+                                    num_draft_tokens=4))
+    assert not spec.rs.overlap
+    host = sum(f.launch_host_ms for f in spec.plan(1))
+    without = dataclasses.replace(spec.rs, coefficients={
+        **spec.rs.coefficients, "graph_launch_us": dataclasses.replace(spec.rs.coefficients["graph_launch_us"],
+                                                                       value=0.0)})
+    assert spec.decode(1, 1000.0).cpu_ms - IterationModel(without).decode(1, 1000.0).cpu_ms == pytest.approx(host)
+
+
+def test_branched_graphs_pay_per_node(small):
+    """Llama at TP 1 is one straight chain of kernels: its launch costs graph_launch_us whatever its length. At
+    TP > 1 (NCCL's event nodes) or with a stream forked during capture (Qwen3's q/k norms in 0.5.3-0.5.6) every
+    node costs graph_launch_per_node_us more."""
+    per_node_ms = presets.default_coefficients()["graph_launch_per_node_us"].value / 1e3
+    fixed_ms = presets.default_coefficients()["graph_launch_us"].value / 1e3
+    (straight,) = IterationModel(_plain(small)).plan(1)
+    assert straight.launch_host_ms == pytest.approx(fixed_ms)
+    d = dict(small)
+    d["hardware"] = {**small["hardware"], "num_gpus": 2}
+    d["server"] = {"tp": 2}
+    tp2 = IterationModel(resolve(parse_scenario(d, "t.yaml"), "t.yaml"))
+    (branched,) = tp2.plan(1)
+    stack = tp2.target.stack
+    assert stack.graph_nodes_per_forward == stack.kernels_per_forward + 2 * stack.num_layers + 2
+    assert branched.launch_host_ms == pytest.approx(fixed_ms + per_node_ms * stack.graph_nodes_per_forward)
+    for version, branches in (("0.5.6", True), ("0.5.7", False)):
+        q = dict(small)
+        q["model"] = "qwen3-8b"
+        q["server"] = {"tp": 1, "sglang_version": version}
+        (f,) = IterationModel(resolve(parse_scenario(q, "t.yaml"), "t.yaml")).plan(1)
+        assert (f.launch_host_ms > 10 * fixed_ms) is branches
+    assert releases.decode_graph_branches("DeepseekV3ForCausalLM", (5, 8), 1)
+    assert not releases.decode_graph_branches("DeepseekV3ForCausalLM", (4, 6), 1)
+    assert not releases.decode_graph_branches(None, (5, 8), 1)  # an EAGLE head

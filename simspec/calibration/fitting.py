@@ -54,10 +54,11 @@ from simspec.timing.iteration import IterationModel
 # step-time observation. Small enough that two batch sizes outvote it, large enough to pin a flat direction.
 PRIOR_WEIGHT = 0.01
 PRIOR_SCALE = {"memory_bandwidth_efficiency": 0.15, "compute_efficiency": 0.15, "scheduler_cpu_ms": 1.0,
-               "spec_cpu_ms": 1.0, "spec_tree_cpu_ms": 1.0, "forward_overhead_ms": 0.3,
+               "spec_cpu_ms": 1.0, "spec_tree_cpu_ms": 1.0, "forward_overhead_ms": 0.3, "graph_replay_gpu_us": 300.0,
                "scheduler_cpu_per_request_ms": 0.05, "decode_per_request_us": 50.0}
 BOUNDS = {"memory_bandwidth_efficiency": (0.2, 1.0), "compute_efficiency": (0.1, 1.0), "scheduler_cpu_ms": (0.0, 50.0),
           "spec_cpu_ms": (0.0, 50.0), "spec_tree_cpu_ms": (0.0, 50.0), "forward_overhead_ms": (0.0, 20.0),
+          "graph_replay_gpu_us": (0.0, 20_000.0),
           "scheduler_cpu_per_request_ms": (0.0, 5.0), "decode_per_request_us": (0.0, 5000.0)}
 # What a fit may end at. The bounds above are of two kinds. A zero floor of an additive time (an overhead, a
 # per-request term) is physical: the data may say the term is nil (hidden by overlap, or too small to see), and the
@@ -351,7 +352,9 @@ def free_parameters(rs: ResolvedScenario, batch_sizes: set[int]) -> list[str]:
         # default every speculative iteration pays; the two cannot be told apart at one topk)
         fixed = ("spec_tree_cpu_ms" if rs.topk > 1 else "spec_cpu_ms") if rs.speculative else "scheduler_cpu_ms"
     else:
-        fixed = "forward_overhead_ms"
+        # overlap hides the host's work, graph launches included: what stays fixed per step is GPU time around the
+        # forward (a replay's input copies and sampler, or an eager forward's own overhead)
+        fixed = "graph_replay_gpu_us" if rs.scenario.server.cuda_graph else "forward_overhead_ms"
     names = ["memory_bandwidth_efficiency", fixed]
     if len(batch_sizes) >= 3:
         # per-request growth: exposed CPU without overlap, GPU-side work with it (overlap hides the CPU's)

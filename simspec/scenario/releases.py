@@ -30,6 +30,8 @@ What differs, by release:
   on SM90+ in 0.4.6 (the kernel sees 256 + tp experts), one from 0.5.3 on SM80+ (257), none in 0.4.4.
 - how many row blocks the Triton fused MoE's grid launches at small batch (fused_moe_padded_rows): sized for the
   worst case before 0.5.7, for the pairs routed from 0.5.7.
+- whether a decode CUDA graph is one straight chain of kernels, which sets its launch's host time
+  (decode_graph_branches).
 """
 
 from __future__ import annotations
@@ -363,3 +365,32 @@ def auto_tree_fails_on(release: tuple[int, int, int], gpu_display_name: str) -> 
     """Whether an EAGLE-family server of an MHA model with a wide auto tree fails to start on this SM100 part
     (above)."""
     return release in _TRTLLM_MHA_BLACKWELL_ANY and gpu_display_name in _SM100
+
+
+# The host time of a CUDA graph's launch (defaults.yaml graph_launch_us, graph_launch_per_node_us): CUDA 12.6 made
+# a straight chain of kernels cost about the same to launch whatever its length; a graph with branches still pays
+# for every node. What branches SGLang's decode graphs (read from the wheels):
+#   - a collective through NCCL: its graph-mixing support joins NCCL's own stream to the captured one with event
+#     nodes (pytorch/pytorch issue #180960: a captured NCCL collective brings EVENT_WAIT nodes, gone with
+#     NCCL_GRAPH_MIXING_SUPPORT=0). At TP > 1 every forward all-gathers its logits through pynccl
+#     (distributed/parallel_state.py _all_gather_into_tensor), whatever kernel runs its all-reduces;
+#   - a second stream forked during capture: DeepSeek-V2/V3's attention norms (models/deepseek_v2.py, `alt_stream`
+#     under get_is_capture_mode, from 0.4.7; deepseek_nextn.py's MTP layer too), and Qwen3's q and k norms
+#     (qwen3.py, qwen3_moe.py, 0.4.9 through 0.5.6; from 0.5.7 models/utils.apply_qk_norm runs one fused in-place
+#     kernel first, on one stream). Llama's graph (and an EAGLE head's, llama_eagle3.py) has no second stream.
+DEEPSEEK_NORM_STREAM_FROM = (4, 7)
+QWEN3_QK_NORM_STREAM = ((4, 9), (5, 7))  # [from, until)
+_DEEPSEEK_GRAPHS = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForConditionalGeneration")
+_QWEN3_GRAPHS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+
+
+def decode_graph_branches(architecture: str | None, version: tuple[int, int], tp: int) -> bool:
+    """Whether this release's decode CUDA graph of `architecture` (None: an EAGLE head, Llama-shaped) at `tp` has
+    branches (above), so that its launch costs the host per node."""
+    if tp > 1:
+        return True
+    if architecture in _DEEPSEEK_GRAPHS:
+        return version >= DEEPSEEK_NORM_STREAM_FROM
+    if architecture in _QWEN3_GRAPHS:
+        return QWEN3_QK_NORM_STREAM[0] <= version < QWEN3_QK_NORM_STREAM[1]
+    return False

@@ -8,7 +8,9 @@ SGLang's workers (shared/reference/sglang.md, "One EAGLE / EAGLE3 / NEXTN iterat
   n-gram: a CPU trie lookup per request and a verify over bs * num_draft_tokens tokens (always padded to
     num_draft_tokens, whatever matched).
   none: one target decode over bs tokens.
-CPU scheduling work is exposed unless overlap scheduling hides it behind the GPU.
+CPU scheduling work is exposed unless overlap scheduling hides it behind the GPU; so is the host time of each
+CUDA graph's launch, which grows with the graph's nodes when the graph has branches
+(releases.decode_graph_branches).
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ class PlannedForward(NamedTuple):
     kv_ms_per_token: float
     attention_ms_per_pair: float
     roofline_ms_per_token: float
-    launch_ms: float  # all `repeats` forwards together
+    launch_ms: float  # GPU time around the launch, all `repeats` forwards together
     logit_tokens_per_request: int = 1  # tokens whose logits are computed and all-gathered
+    launch_host_ms: float = 0.0  # host time of the CUDA graph's launch (cudaGraphLaunch); 0 for eager forwards
 
 
 def captured_batch_sizes(max_bs: int, speculative: bool, release: tuple[int, int, int] = (5, 10, 0)) -> list[int]:
@@ -123,6 +126,9 @@ class IterationModel:
                                    moe_small_tiles(rs.gpu, tstack, tgrid, version), tgrid)
         # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, model, rs.draft_model)
+        # a graph's launch costs the host per node when the graph branches; an EAGLE head is Llama-shaped
+        self._target_branches = releases.decode_graph_branches(model.architecture, version, tp)
+        self._draft_branches = releases.decode_graph_branches(layers.architecture if layers else None, version, tp)
         draft_triton = releases.draft_moe_runs_triton(release, target_triton)
         layers = layers if layers is not None else model
         dgrid = (moe_grid(rs.scenario.hardware.gpu, layers, dstack, release)
@@ -142,6 +148,9 @@ class IterationModel:
         # calls the draft model's forward)
         self._eager_draft_extend = early or (rs.spec_v2 and releases.v2_draft_extend_eager(release))
         self._launch_ms = self.eff.forward_overhead_ms
+        self._graph_launch_ms = c("graph_launch_us") / 1e3
+        self._graph_node_ms = c("graph_launch_per_node_us") / 1e3
+        self._graph_gpu_ms = c("graph_replay_gpu_us") / 1e3
         self._sched_ms = c("scheduler_cpu_ms")
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
@@ -179,7 +188,9 @@ class IterationModel:
     def plan(self, bs: int) -> tuple[PlannedForward, ...]:
         """The forwards of one decode iteration at batch size bs, cached per bs. SGLang replays the
         num_steps - 1 draft forwards as ONE CUDA graph (EAGLEDraftCudaGraphRunner), the draft extend and the
-        verify as one graph each, so a graph pays one launch overhead however many forwards it holds."""
+        verify as one graph each, so a graph pays one launch however many forwards it holds: graph_launch_us of
+        host time, plus graph_launch_per_node_us for each of its nodes when it branches, and graph_replay_gpu_us
+        of GPU time around it. An eager forward pays forward_overhead_ms of GPU time each."""
         plan = self._plans.get(bs)
         if plan is not None:
             return plan
@@ -204,13 +215,19 @@ class IterationModel:
             shape = ForwardShape(num_seqs=fbs, tokens=fbs * q, real_seqs=bs, real_tokens=bs * q,
                                  logit_tokens=fbs * logits, graph=in_graph, extend=extend)
             compute, comm, roof, kv_rate, attn_rate, roof_kv_rate = fm.fixed_and_rates(shape)
-            launch = self._launch_ms * (1 if in_graph else repeats)
+            launch, launch_host = self._launch_ms * repeats, 0.0
+            if in_graph:
+                branches = self._draft_branches if is_draft else self._target_branches
+                nodes = repeats * fm.stack.graph_nodes_per_forward
+                launch = self._graph_gpu_ms
+                launch_host = self._graph_launch_ms + (self._graph_node_ms * nodes if branches else 0.0)
             if is_draft and not extend and measured_draft is not None:
                 # a profiled draft step: its measured time replaces compute, communication and launch alike
                 compute, comm, kv_rate, attn_rate, launch = measured_draft.value, 0.0, 0.0, 0.0, 0.0
+                launch_host = 0.0
                 roof, roof_kv_rate = min(roof, compute), 0.0  # keep the roofline a bound on the modelled time
             rows.append(PlannedForward(is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate,
-                                       roof_kv_rate, launch, logits))
+                                       roof_kv_rate, launch, logits, launch_host))
         plan = tuple(rows)
         self._plans[bs] = plan
         return plan
@@ -221,9 +238,10 @@ class IterationModel:
         decode forward, or draft -> verify for a speculative algorithm. committed_tokens: the tokens it commits
         (bs without speculation; accepted drafts plus bonus tokens with it), charged host_per_output_token_us
         each on the critical path; 0 (the default) leaves that term out."""
-        d_compute = d_comm = v_compute = v_comm = roof = 0.0
+        d_compute = d_comm = v_compute = v_comm = roof = launch_host = 0.0
         for (is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate,
-             launch, _) in self.plan(bs):
+             launch, _, graph_launch) in self.plan(bs):
+            launch_host += graph_launch
             kv_tokens = context_sum + seqs * q
             pairs = q * context_sum + seqs * q * (q + 1) / 2  # causal: each new token sees the ones before
             compute += kv_tokens * kv_rate if kv_tokens * kv_rate > pairs * attn_rate else pairs * attn_rate
@@ -241,7 +259,7 @@ class IterationModel:
             extra = self._spec_cpu_ms + self._spec_tree_cpu_ms
             extra += self._ngram_ms_per_req * bs if self.draft is None else 0.0
             extra += self._spec_cpu_per_token_ms * bs * self.n
-        cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra)
+        cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra + launch_host)
         cpu += self._host_per_output_token_ms * committed_tokens  # serial: overlap scheduling does not hide it
         return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
 

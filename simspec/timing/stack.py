@@ -66,6 +66,12 @@ class Stack:
         """Two per decoder layer (attention output, MLP/MoE output) + the vocab-parallel embedding."""
         return 0 if self.tp == 1 else 2 * self.num_layers + 1
 
+    @property
+    def graph_nodes_per_forward(self) -> float:
+        """Nodes one forward adds to a CUDA graph: its kernels, its all-reduces and, at TP > 1, the logits'
+        all-gather."""
+        return self.kernels_per_forward + self.all_reduces_per_forward + (1 if self.tp > 1 else 0)
+
 
 def _fmt(name: str) -> tuple[float, str]:
     return WEIGHT_FORMATS[name]
