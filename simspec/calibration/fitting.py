@@ -36,7 +36,7 @@ import yaml
 from scipy.optimize import least_squares, minimize_scalar
 
 from simspec import presets
-from simspec.calibration.measurements import Measurements, RequestRecord, ServerDescription, StepTime
+from simspec.calibration.measurements import GraphLaunch, Measurements, RequestRecord, ServerDescription, StepTime
 from simspec.errors import InputError
 from simspec.scenario.loader import (
     STARTUP_MEMORY_LIMIT,
@@ -427,6 +427,10 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
     if draft_ms is not None:
         base = dataclasses.replace(base, profile=Profile(name=name, draft_forward_ms=Coefficient(
             value=draft_ms, source="trace")))
+    # measured before the step times are fitted: without overlap a launch's host time is part of every step
+    for n, (value, source) in _graph_launch_costs(meas, base, today).items():
+        base = _with(base, {n: value}, source)
+        coefficients[n] = Coefficient(value=value, source=source)
     residual_rows: list[tuple[int, float, float]] = []
     obs = [o for o in meas.step_times if o.seconds > 0]
     if obs:
@@ -607,6 +611,55 @@ def _draft_step_ms(meas: Measurements, rs: ResolvedScenario) -> float | None:
     per_iteration = float(np.mean([sum(k.category_ms.values()) for k in splits]))
     value = per_iteration / (rs.num_steps - 1)
     return value if math.isfinite(value) and value > 0 else None
+
+
+# The phases whose CUDA graphs the target replays and those the draft replays (a prefill runs eagerly; "other":
+# a launch under no phase range, whose graph is not known).
+TARGET_GRAPH_PHASES = ("decode", "verify")
+DRAFT_GRAPH_PHASES = ("draft", "draft_extend")
+GRAPH_LAUNCH_COEFFICIENTS = ("graph_launch_us", "graph_launch_per_node_us")  # what a trace's launches measure
+
+
+def _graph_launch_costs(meas: Measurements, rs: ResolvedScenario, today: str) -> dict[str, tuple[float, str]]:
+    """graph_launch_us and graph_launch_per_node_us (value, source) from a trace's cudaGraphLaunch calls. Which of
+    the box's graphs branch is the model's rule (releases.decode_graph_branches, by the phase's model), so: the
+    launch of a graph that does not branch is graph_launch_us (the median over those launches); a branched one's
+    host time beyond graph_launch_us, per node, is graph_launch_per_node_us (the median over its launches). A
+    coefficient the trace has no such graph for is left out (its default stands)."""
+    model = IterationModel(rs)
+    straight: list[GraphLaunch] = []
+    branched: list[GraphLaunch] = []
+    for g in meas.graph_launches:
+        if g.phase in TARGET_GRAPH_PHASES:
+            branches = model.target_graph_branches
+        elif g.phase in DRAFT_GRAPH_PHASES and rs.speculative and rs.algorithm != "ngram":
+            branches = model.draft_graph_branches
+        else:
+            continue
+        (branched if branches else straight).append(g)
+
+    def median(values: list[float], counts: list[int]) -> float:
+        return float(np.median(np.repeat(values, counts)))
+
+    def phases(gs: list[GraphLaunch]) -> str:
+        return ", ".join(sorted({g.phase for g in gs}))
+
+    out: dict[str, tuple[float, str]] = {}
+    trace = f"measured by simspec calibrate ({today}) from torch-profiler traces"
+    if straight:
+        value = median([g.host_us for g in straight], [g.launches for g in straight])
+        out["graph_launch_us"] = (round(value, 3), f"{trace}: the median cudaGraphLaunch of"
+                                  f" {sum(g.launches for g in straight)} replays of graphs that do not branch"
+                                  f" ({phases(straight)}); the profiler's callbacks included")
+    if branched:
+        fixed = out["graph_launch_us"][0] if straight else rs.coefficient("graph_launch_us")
+        value = median([max(0.0, g.host_us - fixed) / g.nodes for g in branched], [g.launches for g in branched])
+        out["graph_launch_per_node_us"] = (round(value, 4), f"{trace}: the median cudaGraphLaunch beyond"
+                                           f" {fixed:g} us per node of {sum(g.launches for g in branched)} replays of"
+                                           f" branched graphs ({phases(branched)}, {min(g.nodes for g in branched)}-"
+                                           f"{max(g.nodes for g in branched)} nodes); the profiler's callbacks"
+                                           " included")
+    return out
 
 
 # ------------------------------------------------------------------ for the fit scripts under calibration/

@@ -88,6 +88,18 @@ class KernelSplit(_Record):
     source: str
 
 
+class GraphLaunch(_Record):
+    """CUDA-graph replays seen in torch-profiler traces, grouped by phase and graph size: the host time of their
+    cudaGraphLaunch calls against the nodes each graph ran (its GPU events, which carry the launch's correlation
+    id). What defaults.yaml's graph_launch_us and graph_launch_per_node_us are fitted from."""
+
+    phase: str  # the phase range open at the launch: decode | draft | verify | draft_extend | prefill | other
+    nodes: int  # GPU kernels, copies and fills of one replay
+    host_us: float  # median cudaGraphLaunch duration over these launches
+    launches: int
+    source: str
+
+
 class CollectiveSample(_Record):
     """One row of the collective microbenchmark (calibration/collective_bench.py) or nccl-tests."""
 
@@ -108,6 +120,7 @@ class Measurements(_Record):
     throughput: list[ThroughputPoint] = Field(default_factory=list)
     accept_lengths: list[float] = Field(default_factory=list)  # per verify step, tokens incl. the bonus
     kernel_splits: list[KernelSplit] = Field(default_factory=list)
+    graph_launches: list[GraphLaunch] = Field(default_factory=list)
     collectives: list[CollectiveSample] = Field(default_factory=list)
     prometheus: dict[str, float] = Field(default_factory=dict)  # /metrics samples, name{labels} -> value
     sources: list[str] = Field(default_factory=list)  # what was read, e.g. "log:server.log"
@@ -125,6 +138,7 @@ class Measurements(_Record):
             throughput=self.throughput + other.throughput,
             accept_lengths=self.accept_lengths + other.accept_lengths,
             kernel_splits=self.kernel_splits + other.kernel_splits,
+            graph_launches=self.graph_launches + other.graph_launches,
             collectives=self.collectives + other.collectives,
             prometheus={**self.prometheus, **other.prometheus},
             sources=self.sources + other.sources,

@@ -294,7 +294,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     from rich.table import Table
 
     from simspec import presets
-    from simspec.calibration.fitting import Box, check_box, fit
+    from simspec.calibration.fitting import GRAPH_LAUNCH_COEFFICIENTS, Box, check_box, fit
     from simspec.calibration.measurements import Measurements
 
     if not any((host, logs, benches, traces, metrics, collectives)):
@@ -428,11 +428,16 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
                 "# (or --set it) to ask what-if questions of this box.\n")
     comparison = _compare(scenario_path, meas)
 
+    # read from a profiler trace, not fitted to the step times
+    from_trace = {n: c.value for n, c in result.profile.coefficients.items() if n in GRAPH_LAUNCH_COEFFICIENTS}
+    if result.profile.draft_forward_ms is not None:
+        from_trace["draft_forward_ms"] = result.profile.draft_forward_ms.value
     summary = {
         "profile": str(profile_path), "scenario": str(scenario_path), "measurements": str(measurements_path),
         "outputs": str(outputs_path) if outputs_path else None,
         "sources": meas.sources,
         "parameters": {k: {"value": v, "interval_95": iv} for k, (v, iv) in result.parameters.items()},
+        "from_trace": from_trace,
         "step_times": [{"batch_size": b, "measured_ms": m, "fitted_ms": p} for b, m, p in result.residuals_pct],
         "comparison": comparison, "notes": result.notes,
     }
@@ -445,8 +450,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         t.add_column(col)
     for k, (v, iv) in result.parameters.items():
         t.add_row(k, f"{v:.4g}", "n/a" if iv is None else f"[{iv[0]:.4g}, {iv[1]:.4g}]")
-    if result.profile.draft_forward_ms is not None:
-        t.add_row("draft_forward_ms", f"{result.profile.draft_forward_ms.value:.4g}", "from the trace")
+    for k, v in from_trace.items():
+        t.add_row(k, f"{v:.4g}", "from the trace")
     if curve is not None:
         t.add_row("all_reduce curve", f"{len(curve.points_bytes_us)} points", escape(curve.source))
     out_console.print(t)

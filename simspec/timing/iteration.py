@@ -127,8 +127,8 @@ class IterationModel:
         # an EAGLE head has no experts (moe_grid reads none from its stack): the target stands in
         layers = draft_layers_model(rs.algorithm, model, rs.draft_model)
         # a graph's launch costs the host per node when the graph branches; an EAGLE head is Llama-shaped
-        self._target_branches = releases.decode_graph_branches(model.architecture, version, tp)
-        self._draft_branches = releases.decode_graph_branches(layers.architecture if layers else None, version, tp)
+        self.target_graph_branches = releases.decode_graph_branches(model.architecture, version, tp)
+        self.draft_graph_branches = releases.decode_graph_branches(layers.architecture if layers else None, version, tp)
         draft_triton = releases.draft_moe_runs_triton(release, target_triton)
         layers = layers if layers is not None else model
         dgrid = (moe_grid(rs.scenario.hardware.gpu, layers, dstack, release)
@@ -217,7 +217,7 @@ class IterationModel:
             compute, comm, roof, kv_rate, attn_rate, roof_kv_rate = fm.fixed_and_rates(shape)
             launch, launch_host = self._launch_ms * repeats, 0.0
             if in_graph:
-                branches = self._draft_branches if is_draft else self._target_branches
+                branches = self.draft_graph_branches if is_draft else self.target_graph_branches
                 nodes = repeats * fm.stack.graph_nodes_per_forward
                 launch = self._graph_gpu_ms
                 launch_host = self._graph_launch_ms + (self._graph_node_ms * nodes if branches else 0.0)

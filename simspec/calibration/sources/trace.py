@@ -33,6 +33,12 @@ is the prefill's draft extend and counted as prefill. Each outermost range of a 
 Kernels under no phase range count only in phase "all", whose iterations are the verify iterations (else
 decode, else the scheduler's `run_batch` calls (0.5.23 observability/scheduler_stage_metrics.py names its range
 `scheduler.run_batch`), else ProfilerStep#N, else 1).
+
+Graph launches. Each `cudaGraphLaunch` runtime event is one replay: its duration is the launch's host time, its
+nodes the GPU events carrying its correlation id, its phase the range open at the call (as for kernels; "other"
+outside any). They are grouped by (phase, nodes) with the median duration (GraphLaunch), from which calibration
+fits the host cost of a launch (defaults.yaml graph_launch_us, graph_launch_per_node_us). The profiler's own
+callbacks add to each call, so the figure is an upper bound.
 """
 
 from __future__ import annotations
@@ -40,12 +46,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simspec.calibration.measurements import KernelSplit, Measurements
+from simspec.calibration.measurements import GraphLaunch, KernelSplit, Measurements
 from simspec.errors import InputError
 
 CATEGORIES = ("communication", "attention", "moe_gemm", "other")
@@ -127,6 +134,7 @@ class FileSplit:
     items: int = 0
     unassigned: int = 0
     uncorrelated: int = 0
+    graph_launches: list[tuple[str, int, float]] = field(default_factory=list)  # (phase, nodes, host us) each
 
 
 def _load(path: Path) -> list[dict]:
@@ -209,20 +217,30 @@ def split_file(path: str | Path) -> FileSplit:
     # items: (thread, ts, category, dur_us)
     items: list[tuple[tuple, float, str, float]] = []
     main = max(ranges_by_thread, key=lambda k: len(ranges_by_thread[k]), default=None)
+    # graph replays: (thread, ts, host us, nodes)
+    graph_calls: list[tuple[tuple, float, float, int]] = []
     if gpu:
         launches: dict[object, tuple[tuple, float]] = {}
+        graph_corr: dict[object, tuple[tuple, float, float]] = {}
         for e in events:
             if e.get("cat") in RUNTIME_CATS:
                 corr = (e.get("args") or {}).get("correlation")
                 if corr is not None:
                     launches[corr] = ((e.get("pid"), e.get("tid")), float(e["ts"]))
+                    if str(e.get("name", "")).startswith("cudaGraphLaunch"):  # CUPTI may suffix a version (_v10000)
+                        graph_corr[corr] = ((e.get("pid"), e.get("tid")), float(e["ts"]), float(e["dur"]))
+        nodes: dict[object, int] = defaultdict(int)
         for e in gpu:
             cat = classify_kernel(str(e.get("name", ""))) if e["cat"] == "kernel" else "other"
-            launch = launches.get((e.get("args") or {}).get("correlation"))
+            corr = (e.get("args") or {}).get("correlation")
+            launch = launches.get(corr)
             if launch is None:
                 result.uncorrelated += 1
                 launch = (main, float(e["ts"]))  # fall back to the kernel's own time on the busiest thread
+            elif corr in graph_corr:
+                nodes[corr] += 1
             items.append((launch[0], launch[1], cat, float(e["dur"])))
+        graph_calls = [(thread, ts, dur, nodes[c]) for c, (thread, ts, dur) in graph_corr.items() if nodes[c]]
     else:
         # A collective's work runs on the backend's threads (`gloo:all_reduce` ranges); the calling thread's
         # c10d::* op only enqueues it. With those ranges present they are the communication time, placed on the
@@ -251,17 +269,27 @@ def split_file(path: str | Path) -> FileSplit:
     by_thread: dict[tuple, list[int]] = defaultdict(list)
     for i, (thread, *_rest) in enumerate(items):
         by_thread[thread].append(i)
+    graphs_by_thread: dict[tuple, list[int]] = defaultdict(list)
+    for i, (thread, *_rest) in enumerate(graph_calls):
+        graphs_by_thread[thread].append(i)
     phases_of_item = [None] * len(items)
     iterations: dict[str, int] = defaultdict(int)
-    for thread in set(by_thread) | set(ranges_by_thread):
+    for thread in set(by_thread) | set(ranges_by_thread) | set(graphs_by_thread):
         ranges = ranges_by_thread.get(thread, [])
         idx = by_thread.get(thread, [])
-        answer, tops = _sweep(ranges, [(items[i][1], k) for k, i in enumerate(idx)])
+        gidx = graphs_by_thread.get(thread, [])
+        # one sweep places the kernels' launches and the graph launches alike (queries past len(idx): graphs)
+        answer, tops = _sweep(ranges, [(items[i][1], k) for k, i in enumerate(idx)]
+                              + [(graph_calls[i][1], len(idx) + k) for k, i in enumerate(gidx)])
         final, starts = _relabel(tops)
         for ph, start in zip(final, starts, strict=True):
             iterations[ph] += start
         for k, i in enumerate(idx):
             phases_of_item[i] = final[answer[k]] if answer[k] >= 0 else None
+        for k, i in enumerate(gidx):
+            top = answer[len(idx) + k]
+            _t, _ts, dur, n = graph_calls[i]
+            result.graph_launches.append((final[top] if top >= 0 else "other", n, dur))
         for r in ranges:
             if r.marker:
                 markers[r.marker].append((r.ts, r.end))
@@ -351,4 +379,17 @@ def read_traces(dir_or_files: str | Path | Iterable[str | Path], *, per_file: bo
                        f"{unassigned} outside any phase range"
                        + (f", {uncorrelated} GPU events without a launch correlation (placed by their own time)"
                           if uncorrelated else ""))
-    return Measurements(kernel_splits=out, sources=sources)
+    return Measurements(kernel_splits=out, sources=sources, graph_launches=graph_launches(splits))
+
+
+def graph_launches(splits: list[FileSplit]) -> list[GraphLaunch]:
+    """The files' graph replays pooled (every rank launches its own copy of each graph) and grouped by phase and
+    node count, each group with its median host time."""
+    groups: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for s in splits:
+        for phase, n, dur in s.graph_launches:
+            groups[(phase, n)].append(dur)
+    names = ", ".join(Path(s.path).name for s in splits)
+    return [GraphLaunch(phase=phase, nodes=n, host_us=statistics.median(durs), launches=len(durs),
+                        source=f"trace:{names} (cudaGraphLaunch, {phase} phase, {n} nodes)")
+            for (phase, n), durs in sorted(groups.items())]
