@@ -131,8 +131,9 @@ def test_calibrate_from_a_trace_writes_and_reports_the_launch_cost(tmp_path):
 
     (tmp_path / "p-TP-0.trace.json").write_text(json.dumps(_trace()))
     out = tmp_path / "out" / "p.yaml"
-    res = CliRunner().invoke(main, ["calibrate", "--from-trace", str(tmp_path), "--gpu", "h100-sxm", "--interconnect",
-                                    "nvlink4-nccl", "--model", "llama-3.1-8b", "--tp", "1", "--out", str(out), "--json"])
+    res = CliRunner().invoke(main, ["calibrate", "--from-trace", str(tmp_path), "--gpu", "h100-sxm",
+                                    "--interconnect", "nvlink4-nccl", "--model", "llama-3.1-8b", "--tp", "1",
+                                    "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     assert summary["from_trace"] == {"graph_launch_us": 400.0} and summary["parameters"] == {}

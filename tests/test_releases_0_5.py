@@ -80,6 +80,46 @@ def test_v2_draft_extend_runs_eagerly_until_0_5_5_post3(small):
     assert not v1._eager_draft_extend and eager._eager_draft_extend and not graph._eager_draft_extend
 
 
+def test_where_a_v2_iteration_waits_for_the_last_verify():
+    assert releases.v2_verify_wait((5, 3, 2)) == "schedule" and releases.v2_verify_wait((5, 12, 1)) == "schedule"
+    assert releases.v2_verify_wait((5, 13, 0)) == "launch" and releases.v2_verify_wait((5, 15, 1)) == "launch"
+    assert releases.v2_verify_wait((5, 16, 0)) is None and releases.v2_verify_wait((5, 23, 0)) is None
+
+
+def _v2_parts(model: IterationModel, bs: int, context: float) -> tuple[float, float, float]:
+    """(draft extend, draft steps, verify) GPU ms of one iteration."""
+    cost = model.decode(bs, context)
+    extend = [f for f in model.plan(bs) if f.extend]
+    assert len(extend) == 1 and extend[0].is_draft
+    e = extend[0]
+    kv = context + bs * e.tokens_per_request
+    pairs = e.tokens_per_request * context + bs * e.tokens_per_request * (e.tokens_per_request + 1) / 2
+    extend_gpu = e.compute_ms + max(kv * e.kv_ms_per_token, pairs * e.attention_ms_per_pair) + e.launch_ms + e.comm_ms
+    draft_gpu = cost.draft_compute_ms + cost.draft_comm_ms - extend_gpu
+    return extend_gpu, draft_gpu, cost.verify_compute_ms + cost.verify_comm_ms
+
+
+def test_a_v2_iteration_exposes_the_host_work_its_wait_for_the_verify_leaves_uncovered(small):
+    """Until 0.5.12 the next batch is built only after the last verify: the batch building, the draft's preparation
+    and its launch run while the GPU has only the draft extend left, and the verify's launch while the draft runs.
+    0.5.13 builds the batch before the wait; from 0.5.16 nothing waits and overlap hides what the GPU covers."""
+    bs, context = 1, 1000.0
+    models = {v: IterationModel(_resolve(_eagle3(dict(small), v, spec_v2=True, overlap_schedule="on")))
+              for v in ("0.5.8", "0.5.13", "0.5.16")}
+    c = models["0.5.8"].rs.coefficient
+    sched = c("scheduler_cpu_ms") + bs * c("scheduler_cpu_per_request_ms")
+    exposed = {v: m.decode(bs, context).cpu_ms for v, m in models.items()}
+    extend_gpu, draft_gpu, verify_gpu = _v2_parts(models["0.5.8"], bs, context)
+    draft_launch, verify_launch = (f.launch_host_ms for f in models["0.5.8"].plan(bs) if not f.extend)
+    for version, before_draft in (("0.5.8", sched + c("spec_cpu_ms") + draft_launch),
+                                  ("0.5.13", c("spec_cpu_ms") + draft_launch)):
+        verify_start = max(max(before_draft, extend_gpu) + draft_gpu, before_draft + verify_launch)
+        assert exposed[version] == pytest.approx(verify_start - extend_gpu - draft_gpu)
+    assert exposed["0.5.8"] > exposed["0.5.13"] > 0.0 == exposed["0.5.16"]  # a small 8B step still covers its host
+    v1 = IterationModel(_resolve(_eagle3(dict(small), "0.5.8"))).decode(bs, context).cpu_ms
+    assert exposed["0.5.8"] < v1  # v1 waits on every graph and does all its host work in the open
+
+
 def test_speculative_graph_sizes_take_64_in_from_0_5_4_post2():
     old = captured_batch_sizes(80, True, (5, 4, 1))
     new = captured_batch_sizes(80, True, (5, 4, 2))

@@ -32,6 +32,7 @@ What differs, by release:
   worst case before 0.5.7, for the pairs routed from 0.5.7.
 - whether a decode CUDA graph is one straight chain of kernels, which sets its launch's host time
   (decode_graph_branches).
+- where a v2 speculative iteration's host work waits for the last verify (v2_verify_wait).
 """
 
 from __future__ import annotations
@@ -317,6 +318,28 @@ def has_v2_workers(release: tuple[int, int, int], algorithm: str) -> bool:
 
 def v2_draft_extend_eager(release: tuple[int, int, int]) -> bool:
     return release < V2_DRAFT_EXTEND_GRAPH_FROM
+
+
+# What a v2 speculative iteration's host work waits for (read from the wheels). Until 0.5.12 the scheduler builds the
+# next batch only once the last verify has finished: ScheduleBatch.maybe_wait_verify_done synchronises on the
+# verify_done event inside get_next_batch_to_run ("The batch has been launched but we need it verified to get correct
+# next batch info"), so the batch building, the draft's preparation and the verify's launch run while the GPU has
+# only the last iteration's draft extend and the new draft to do. 0.5.13 moves the wait to the start of run_batch
+# (FutureMap.resolve_seq_lens_cpu: a D2H of the new sequence lengths gated on the verify's publish event), after the
+# batch building. From 0.5.16 Hopper's default attention backend (FlashAttention 3) declares needs_cpu_seq_lens False
+# for EAGLE and MTP (0.5.15 keeps the host mirror for all but DFlash), so the host never waits on the verify and runs
+# up to an iteration ahead, as without speculation. Blackwell's trtllm backends opt out by 0.5.15 and FlashInfer never
+# does; simspec applies the Hopper rule to every GPU.
+V2_WAIT_AT_LAUNCH_FROM = (5, 13, 0)
+V2_NO_WAIT_FROM = (5, 16, 0)
+
+
+def v2_verify_wait(release: tuple[int, int, int]) -> str | None:
+    """Where a v2 iteration's host work waits for the last verify: "schedule" (before building the next batch),
+    "launch" (after building it, before the draft's launch) or None (it does not)."""
+    if release < V2_WAIT_AT_LAUNCH_FROM:
+        return "schedule"
+    return "launch" if release < V2_NO_WAIT_FROM else None
 
 
 # 0.5.3 through 0.5.6.post2 give the target's KV pool (and the scheduler's token budget) headroom for the draft's

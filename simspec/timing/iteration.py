@@ -64,6 +64,7 @@ class PlannedForward(NamedTuple):
     launch_ms: float  # GPU time around the launch, all `repeats` forwards together
     logit_tokens_per_request: int = 1  # tokens whose logits are computed and all-gathered
     launch_host_ms: float = 0.0  # host time of the CUDA graph's launch (cudaGraphLaunch); 0 for eager forwards
+    extend: bool = False  # the draft's extend over the verified tokens
 
 
 def captured_batch_sizes(max_bs: int, speculative: bool, release: tuple[int, int, int] = (5, 10, 0)) -> list[int]:
@@ -147,6 +148,7 @@ class IterationModel:
         # the draft ModelRunner, which captured no graph); so do v2 workers before 0.5.5.post3 (EAGLEWorkerV2
         # calls the draft model's forward)
         self._eager_draft_extend = early or (rs.spec_v2 and releases.v2_draft_extend_eager(release))
+        self._v2_wait = releases.v2_verify_wait(release) if rs.spec_v2 else None
         self._launch_ms = self.eff.forward_overhead_ms
         self._graph_launch_ms = c("graph_launch_us") / 1e3
         self._graph_node_ms = c("graph_launch_per_node_us") / 1e3
@@ -227,7 +229,7 @@ class IterationModel:
                 launch_host = 0.0
                 roof, roof_kv_rate = min(roof, compute), 0.0  # keep the roofline a bound on the modelled time
             rows.append(PlannedForward(is_draft, repeats, q, bs, compute, comm, roof, kv_rate, attn_rate,
-                                       roof_kv_rate, launch, logits, launch_host))
+                                       roof_kv_rate, launch, logits, launch_host, extend))
         plan = tuple(rows)
         self._plans[bs] = plan
         return plan
@@ -239,8 +241,9 @@ class IterationModel:
         (bs without speculation; accepted drafts plus bonus tokens with it), charged host_per_output_token_us
         each on the critical path; 0 (the default) leaves that term out."""
         d_compute = d_comm = v_compute = v_comm = roof = launch_host = 0.0
+        extend_gpu = draft_launch_host = verify_launch_host = 0.0
         for (is_draft, repeats, q, seqs, compute, comm, froof, kv_rate, attn_rate, roof_kv_rate,
-             launch, _, graph_launch) in self.plan(bs):
+             launch, _, graph_launch, extend) in self.plan(bs):
             launch_host += graph_launch
             kv_tokens = context_sum + seqs * q
             pairs = q * context_sum + seqs * q * (q + 1) / 2  # causal: each new token sees the ones before
@@ -249,9 +252,14 @@ class IterationModel:
             if is_draft:
                 d_compute += repeats * compute + launch
                 d_comm += repeats * comm
+                if extend:
+                    extend_gpu = compute + launch + comm
+                else:
+                    draft_launch_host = graph_launch
             else:
                 v_compute += compute + launch
                 v_comm += comm
+                verify_launch_host = graph_launch
             roof += repeats * froof
         v_compute += self._gpu_per_req_ms * bs
         extra = 0.0
@@ -259,9 +267,30 @@ class IterationModel:
             extra = self._spec_cpu_ms + self._spec_tree_cpu_ms
             extra += self._ngram_ms_per_req * bs if self.draft is None else 0.0
             extra += self._spec_cpu_per_token_ms * bs * self.n
-        cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra + launch_host)
+        if self._v2_wait is None:
+            cpu = self._cpu(bs, d_compute + d_comm + v_compute + v_comm, extra + launch_host)
+        else:
+            draft_gpu = d_compute + d_comm - extend_gpu
+            cpu = self._v2_exposed(bs, extend_gpu, draft_gpu, v_compute + v_comm, extra + launch_host,
+                                   draft_launch_host, verify_launch_host)
         cpu += self._host_per_output_token_ms * committed_tokens  # serial: overlap scheduling does not hide it
         return IterationCost(d_compute, d_comm, v_compute, v_comm, cpu, roof)
+
+    def _v2_exposed(self, bs: int, extend_gpu: float, draft_gpu: float, verify_gpu: float, extra_host: float,
+                    draft_launch: float, verify_launch: float) -> float:
+        """Host time a v2 iteration exposes when its host work waits for the last verify (releases.v2_verify_wait).
+        From the verify's end the GPU has only the draft extend left (extend_gpu); the host builds the next batch
+        (when the wait precedes it), prepares the draft (spec_cpu_ms) and launches its graph; the draft runs
+        (draft_gpu) once both are done; the verify starts when the draft has run and its own launch has returned.
+        The rest of the host work (the results' processing, the extend's launch, the batch building when the wait
+        follows it) overlaps the verify. The iteration is that critical path or the host's whole loop, whichever is
+        longer; what it adds to the GPU's time is exposed."""
+        sched = self._sched_ms + self._sched_per_req_ms * bs
+        before_draft = self._spec_cpu_ms + draft_launch + (sched if self._v2_wait == "schedule" else 0.0)
+        draft_start = max(before_draft, extend_gpu)
+        verify_start = max(draft_start + draft_gpu, before_draft + verify_launch)
+        cycle = max(verify_start + verify_gpu, sched + extra_host)
+        return cycle - (extend_gpu + draft_gpu + verify_gpu)
 
     def prefill(self, prompt_tokens: list[int], cached: Sequence[float] | None = None) -> IterationCost:
         """A prefill (extend) iteration over new prompt tokens, run eagerly. EAGLE-family drafters prefill too.
