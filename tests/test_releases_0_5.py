@@ -81,9 +81,14 @@ def test_v2_draft_extend_runs_eagerly_until_0_5_5_post3(small):
 
 
 def test_where_a_v2_iteration_waits_for_the_last_verify():
-    assert releases.v2_verify_wait((5, 3, 2)) == "schedule" and releases.v2_verify_wait((5, 12, 1)) == "schedule"
-    assert releases.v2_verify_wait((5, 13, 0)) == "launch" and releases.v2_verify_wait((5, 15, 1)) == "launch"
-    assert releases.v2_verify_wait((5, 16, 0)) is None and releases.v2_verify_wait((5, 23, 0)) is None
+    wait = releases.v2_verify_wait
+    for gpu, mla in (("H100 SXM", False), ("A100 80GB SXM", False), ("B200", True), ("RTX PRO 6000", True)):
+        assert wait((5, 3, 2), gpu, mla) == "schedule" and wait((5, 12, 1), gpu, mla) == "schedule"
+        assert wait((5, 13, 0), gpu, mla) == "launch" and wait((5, 15, 1), gpu, mla) == "launch"
+    # from 0.5.16 only FlashInfer, the default of an MHA model off Hopper and SM100, still waits
+    assert wait((5, 16, 0), "H200", False) is None and wait((5, 23, 0), "B200", False) is None
+    assert wait((5, 16, 0), "A100 80GB SXM", False) == "launch" and wait((5, 23, 0), "RTX PRO 6000", False) == "launch"
+    assert wait((5, 23, 0), "RTX PRO 6000", True) is None and wait((5, 23, 0), "H200", True) is None
 
 
 def _v2_parts(model: IterationModel, bs: int, context: float) -> tuple[float, float, float]:

@@ -326,20 +326,27 @@ def v2_draft_extend_eager(release: tuple[int, int, int]) -> bool:
 # next batch info"), so the batch building, the draft's preparation and the verify's launch run while the GPU has
 # only the last iteration's draft extend and the new draft to do. 0.5.13 moves the wait to the start of run_batch
 # (FutureMap.resolve_seq_lens_cpu: a D2H of the new sequence lengths gated on the verify's publish event), after the
-# batch building. From 0.5.16 Hopper's default attention backend (FlashAttention 3) declares needs_cpu_seq_lens False
-# for EAGLE and MTP (0.5.15 keeps the host mirror for all but DFlash), so the host never waits on the verify and runs
-# up to an iteration ahead, as without speculation. Blackwell's trtllm backends opt out by 0.5.15 and FlashInfer never
-# does; simspec applies the Hopper rule to every GPU.
+# batch building, and skips it when every attention backend declares needs_cpu_seq_lens False
+# (decide_needs_cpu_seq_lens). FlashAttention 3 does so for EAGLE and MTP from 0.5.16 (0.5.15: for DFlash only);
+# triton and trtllm_mha by 0.5.15; FlashInfer never. The backend SGLang picks when none is set (0.5.16 and 0.5.23
+# server_args, _get_default_attn_backend; topk 1 as v2 requires): an MHA model runs FA3 on Hopper, trtllm_mha on
+# SM100 and FlashInfer elsewhere (Ampere, Ada, SM120), so it keeps waiting there; an MLA model runs FA3 on Hopper and
+# triton on Ampere, Ada and SM120, so it does not. On SM100 an MLA model gets FlashInfer's MLA backend, which waits,
+# unless a model override picks trtllm_mla (DeepSeek-V3); simspec takes no wait there.
 V2_WAIT_AT_LAUNCH_FROM = (5, 13, 0)
 V2_NO_WAIT_FROM = (5, 16, 0)
 
 
-def v2_verify_wait(release: tuple[int, int, int]) -> str | None:
+def v2_verify_wait(release: tuple[int, int, int], gpu_display_name: str, mla: bool) -> str | None:
     """Where a v2 iteration's host work waits for the last verify: "schedule" (before building the next batch),
-    "launch" (after building it, before the draft's launch) or None (it does not)."""
+    "launch" (after building it, before the draft's launch) or None (it does not), for this release's default
+    attention backend on this GPU (above)."""
     if release < V2_WAIT_AT_LAUNCH_FROM:
         return "schedule"
-    return "launch" if release < V2_NO_WAIT_FROM else None
+    if release < V2_NO_WAIT_FROM:
+        return "launch"
+    flashinfer = not mla and not gpu_display_name.startswith(_HOPPER) and gpu_display_name not in _SM100
+    return "launch" if flashinfer else None
 
 
 # 0.5.3 through 0.5.6.post2 give the target's KV pool (and the scheduler's token budget) headroom for the draft's

@@ -148,7 +148,8 @@ class IterationModel:
         # the draft ModelRunner, which captured no graph); so do v2 workers before 0.5.5.post3 (EAGLEWorkerV2
         # calls the draft model's forward)
         self._eager_draft_extend = early or (rs.spec_v2 and releases.v2_draft_extend_eager(release))
-        self._v2_wait = releases.v2_verify_wait(release) if rs.spec_v2 else None
+        self._v2_wait = (releases.v2_verify_wait(release, gpu, model.attention.kind == "mla") if rs.spec_v2
+                         else None)
         self._launch_ms = self.eff.forward_overhead_ms
         self._graph_launch_ms = c("graph_launch_us") / 1e3
         self._graph_node_ms = c("graph_launch_per_node_us") / 1e3
