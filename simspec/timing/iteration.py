@@ -184,8 +184,12 @@ class IterationModel:
             return sizes[bisect_left(sizes, bs)], True
         return bs, False
 
+    def _sched(self, bs: int) -> float:
+        """The scheduler's host work per iteration at batch size bs."""
+        return self._sched_ms + self._sched_per_req_ms * bs
+
     def _cpu(self, bs: int, gpu_ms: float, extra_ms: float) -> float:
-        cpu = self._sched_ms + self._sched_per_req_ms * bs + extra_ms
+        cpu = self._sched(bs) + extra_ms
         return max(0.0, cpu - gpu_ms) if self.rs.overlap else cpu
 
     def plan(self, bs: int) -> tuple[PlannedForward, ...]:
@@ -286,7 +290,7 @@ class IterationModel:
         The rest of the host work (the results' processing, the extend's launch, the batch building when the wait
         follows it) overlaps the verify. The iteration is that critical path or the host's whole loop, whichever is
         longer; what it adds to the GPU's time is exposed."""
-        sched = self._sched_ms + self._sched_per_req_ms * bs
+        sched = self._sched(bs)
         before_draft = self._spec_cpu_ms + draft_launch + (sched if self._v2_wait == "schedule" else 0.0)
         draft_start = max(before_draft, extend_gpu)
         verify_start = max(draft_start + draft_gpu, before_draft + verify_launch)

@@ -221,14 +221,14 @@ def split_file(path: str | Path) -> FileSplit:
     graph_calls: list[tuple[tuple, float, float, int]] = []
     if gpu:
         launches: dict[object, tuple[tuple, float]] = {}
-        graph_corr: dict[object, tuple[tuple, float, float]] = {}
+        graph_host_us: dict[object, float] = {}  # correlation -> the cudaGraphLaunch call's duration
         for e in events:
             if e.get("cat") in RUNTIME_CATS:
                 corr = (e.get("args") or {}).get("correlation")
                 if corr is not None:
                     launches[corr] = ((e.get("pid"), e.get("tid")), float(e["ts"]))
                     if str(e.get("name", "")).startswith("cudaGraphLaunch"):  # CUPTI may suffix a version (_v10000)
-                        graph_corr[corr] = ((e.get("pid"), e.get("tid")), float(e["ts"]), float(e["dur"]))
+                        graph_host_us[corr] = float(e["dur"])
         nodes: dict[object, int] = defaultdict(int)
         for e in gpu:
             cat = classify_kernel(str(e.get("name", ""))) if e["cat"] == "kernel" else "other"
@@ -237,10 +237,10 @@ def split_file(path: str | Path) -> FileSplit:
             if launch is None:
                 result.uncorrelated += 1
                 launch = (main, float(e["ts"]))  # fall back to the kernel's own time on the busiest thread
-            elif corr in graph_corr:
+            elif corr in graph_host_us:
                 nodes[corr] += 1
             items.append((launch[0], launch[1], cat, float(e["dur"])))
-        graph_calls = [(thread, ts, dur, nodes[c]) for c, (thread, ts, dur) in graph_corr.items() if nodes[c]]
+        graph_calls = [(*launches[c], dur, nodes[c]) for c, dur in graph_host_us.items() if nodes[c]]
     else:
         # A collective's work runs on the backend's threads (`gloo:all_reduce` ranges); the calling thread's
         # c10d::* op only enqueues it. With those ranges present they are the communication time, placed on the
