@@ -58,6 +58,7 @@ _MISSING_ARCHITECTURES = {
     (4, 6): ("KimiK25ForConditionalGeneration",),
 }
 KIMI_K25_FROM = (5, 9)  # models/kimi_k25.py first ships in the 0.5.9 wheel (0.5.3-0.5.8 have kimi_linear, kimi_vl only)
+GLM4_MOE_LITE_FROM = (5, 8)  # models/glm4_moe_lite.py (GLM-4.7-Flash) first ships in the 0.5.8 wheel, not 0.5.7's
 
 
 def minor_patch(version: str) -> tuple[int, int]:
@@ -122,12 +123,16 @@ def fp8_moe_swaps_ab(version: tuple[int, int], gpu_display_name: str) -> bool:
 # expert 256 of 257, which every token routes to, on SM80 and newer. Only DeepseekV3ForCausalLM with 256 routed
 # experts and one shared one (Kimi-K2's 384 are not fused), without expert parallelism (simspec models none), and
 # never under flashinfer_trtllm's MoE (server_args sets disable_shared_experts_fusion for it). 0.4.4 has no fusion.
-# The MTP layer (DeepseekV3ForCausalLMNextN) makes the same choice. (Every GPU preset is SM80 or newer; the SM90+
-# ones, by display name prefix, are _SM90_OR_NEWER below.)
+# The MTP layer (DeepseekV3ForCausalLMNextN) makes the same choice. GLM-4.7-Flash (Glm4MoeLiteForCausalLM, 0.5.8 on)
+# fuses its one shared expert the same way, whatever its routed count (models/glm4_moe_lite.py
+# determine_num_fused_shared_experts: n_shared_experts == 1 on SM80+, no expert parallelism; 65 experts, 5 a token).
+# (Every GPU preset is SM80 or newer; the SM90+ ones, by display name prefix, are _SM90_OR_NEWER below.)
 
 
 def fuses_shared_expert(architecture: str, routed_experts: int, shared_experts: int) -> bool:
     """Whether SGLang can run this model's shared expert among its routed experts (above)."""
+    if architecture == "Glm4MoeLiteForCausalLM":
+        return shared_experts == 1
     return architecture == "DeepseekV3ForCausalLM" and routed_experts == 256 and shared_experts == 1
 
 
@@ -144,6 +149,8 @@ def fused_shared_expert_copies(version: tuple[int, int], gpu_display_name: str, 
 
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
     if architecture == "KimiK25ForConditionalGeneration" and version < KIMI_K25_FROM:
+        return False
+    if architecture == "Glm4MoeLiteForCausalLM" and version < GLM4_MOE_LITE_FROM:
         return False
     return architecture not in _MISSING_ARCHITECTURES.get(version, ())
 
@@ -410,6 +417,9 @@ def auto_tree_fails_on(release: tuple[int, int, int], gpu_display_name: str) -> 
 #     kernel first, on one stream). Llama's graph (and an EAGLE head's, llama_eagle3.py) has no second stream.
 DEEPSEEK_NORM_STREAM_FROM = (4, 7)
 QWEN3_QK_NORM_STREAM = ((4, 9), (5, 7))  # [from, until)
+# GLM-4.7-Flash (Glm4MoeLiteForCausalLM) runs DeepSeek-V2's attention and MoE classes but is not among them: its
+# layer builds DeepseekV2AttentionMLA without the alt_stream (models/glm4_moe_lite.py, 0.5.8 and 0.5.10), and its
+# MoE takes the second stream only when the shared expert is not fused (DeepseekV2MoE.forward), which it is on SM80+.
 _DEEPSEEK_GRAPHS = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "KimiK25ForConditionalGeneration")
 _QWEN3_GRAPHS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 
