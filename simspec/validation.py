@@ -303,6 +303,9 @@ SPEEDUP_METRICS = ("speedup", "throughput_speedup")
 PAIRED_METRICS = ("tokens_per_s", "throughput_tokens_per_s")  # a baseline_case pair compares one of these
 # what a speculative case's scenario may change from its baseline_case's: all else is the same box and workload
 PAIR_FREE_KEYS = ("name", "description", "speculative", "acceptance")
+# server settings a speculative run may set apart from its baseline: spec_v2 means nothing without speculation, and
+# operators lower mem_fraction_static to make room for a draft's weights and cache (each case's own pool is modelled)
+PAIR_FREE_SERVER_KEYS = ("spec_v2", "mem_fraction_static")
 
 
 def is_speculative(case: Case) -> bool:
@@ -341,10 +344,19 @@ def check_baseline_cases(files: list[Path], suite: bool = True) -> None:
             raise bad(f"{ref!r} measured {base.measured.metric}, this case {case.measured.metric}: a pair compares one"
                       " metric")
         keys = sorted((set(case.scenario) | set(base.scenario)) - set(PAIR_FREE_KEYS))
-        differ = [k for k in keys if case.scenario.get(k) != base.scenario.get(k)]
+        differ = [k for k in keys if _pair_part(case.scenario, k) != _pair_part(base.scenario, k)]
         if differ:
             raise bad(f"{ref!r} differs in scenario.{differ[0]}: a baseline is the same scenario without speculation"
-                      f" (it may differ only in {', '.join(PAIR_FREE_KEYS)})")
+                      f" (it may differ only in {', '.join(PAIR_FREE_KEYS)}, and in server."
+                      f"{' or server.'.join(PAIR_FREE_SERVER_KEYS)})")
+
+
+def _pair_part(scenario: dict[str, Any], key: str) -> Any:
+    """scenario[key] as a pair compares it: the server without the keys a speculative run may set apart."""
+    value = scenario.get(key)
+    if key == "server" and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in PAIR_FREE_SERVER_KEYS}
+    return value
 
 
 @dataclass(frozen=True)

@@ -890,3 +890,19 @@ def test_wrong_verdicts_have_their_own_recorded_gate(tmp_path):
     (tmp_path / "recorded.yaml").write_text("mape_not_fitted_pct: 1000\n")
     res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
     assert res.exit_code == 2 and "verdicts_wrong" in res.output and "--record" in res.output
+
+
+def test_a_baseline_may_differ_only_in_the_server_settings_speculation_brings(tmp_path):
+    """spec_v2 and mem_fraction_static may differ between a pair's servers (each run's own pool is modelled); any
+    other server setting may not."""
+    _case(tmp_path, "base", measured={"metric": "tokens_per_s", "value": 100.0})
+    spec_server = dict(SMALL["server"], spec_v2=True, mem_fraction_static=0.8)
+    _case(tmp_path, "spec", measured={"metric": "tokens_per_s", "value": 80.0},
+          scenario=_speculative(server=spec_server), baseline_case="base")
+    ok = CliRunner().invoke(main, ["validate", str(tmp_path), "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["summary"]["verdicts"]["compared"] == 1
+    _case(tmp_path, "spec", measured={"metric": "tokens_per_s", "value": 80.0},
+          scenario=_speculative(server=dict(spec_server, cuda_graph=False)), baseline_case="base")
+    bad = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert bad.exit_code == 2 and "differs in scenario.server" in bad.output and "server.spec_v2" in bad.output
