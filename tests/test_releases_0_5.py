@@ -12,7 +12,7 @@ from simspec.scenario.loader import parse_scenario, resolve
 from simspec.scenario.memory import tier_defaults
 from simspec.timing.forward import ForwardModel, ForwardShape, moe_grid
 from simspec.timing.iteration import IterationModel, captured_batch_sizes
-from simspec.timing.stack import eagle_stack, target_stack
+from simspec.timing.stack import eagle_stack, part_kernels, target_stack
 from tests.conftest import auto_tree
 
 
@@ -393,3 +393,28 @@ def test_an_mtp_layer_fuses_its_shared_expert_as_its_target_does():
     im = _deepseek_on("h200-sxm", "0.5.8", **mtp)
     assert im.draft is not None and im.draft.stack.shared_expert_copies == 1
     assert im.draft._grid is not None and im.draft._grid.experts == 257
+
+
+def test_glm_4_7_flash_runs_from_0_5_8_with_its_shared_expert_fused_and_its_router_unfused(small):
+    """GLM-4.7-Flash's model file ships from 0.5.8; its one shared expert runs among the routed ones (65 experts), and
+    with it fused no gate kernel takes its routing, so each MoE layer's top-k launches the torch.compile'd chain
+    (kernels.yaml unfused_router) where DeepSeek-V3's launches one kernel; its TP-1 graph has no branch."""
+    glm = presets.models()["glm-4.7-flash"]
+    assert not releases.runs_architecture((5, 7), glm.architecture)
+    assert releases.runs_architecture((5, 8), glm.architecture)
+    assert releases.shared_expert_copies((5, 10, 1), "H100 PCIe", glm, 1) == 1
+    assert not releases.decode_graph_branches(glm.architecture, (5, 10), 1)
+    extra = presets.kernel_counts().unfused_router
+    assert glm.architecture in extra.architectures and extra.kernels > 0
+    fused, own_mlp = target_stack(glm, 1, shared_expert_copies=1), target_stack(glm, 1)
+    # fused: the shared expert's own MLP gone, the router's chain added, on each of the 46 MoE layers
+    shared_mlp, _ = part_kernels("shared_experts", glm.weights.shared_experts)
+    assert fused.kernels_per_forward - own_mlp.kernels_per_forward == (extra.kernels - shared_mlp) * glm.num_moe_layers
+    dsv3 = presets.models()["deepseek-v3"]  # fused too, but its gate is one kernel (moe_fused_gate)
+    dsv3_mlp, _ = part_kernels("shared_experts", dsv3.weights.shared_experts)
+    assert (target_stack(dsv3, 8, shared_expert_copies=1).kernels_per_forward
+            - target_stack(dsv3, 8).kernels_per_forward) == -dsv3_mlp * dsv3.num_moe_layers
+    small["model"] = "glm-4.7-flash"
+    small["server"] = {"tp": 1, "sglang_version": "0.5.7"}
+    with pytest.raises(InputError, match="Glm4MoeLiteForCausalLM"):
+        _resolve(small)

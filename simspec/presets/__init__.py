@@ -353,6 +353,16 @@ class FusedKvStore(BaseModel):
     gqa_attention: KernelCount
 
 
+class UnfusedRouter(BaseModel):
+    """Architectures whose router top-k no fused gate serves while their shared expert runs fused (kernels.yaml
+    unfused_router): the kernels it launches beyond the one per_layer's moe counts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    architectures: list[str]
+    kernels: int = Field(ge=0)
+    small: int = Field(ge=0)
+
+
 class KernelCounts(BaseModel):
     """Kernels SGLang launches per decode forward, by part of the model (kernels.yaml)."""
 
@@ -365,6 +375,7 @@ class KernelCounts(BaseModel):
     qk_norm_architectures: list[str]
     mla_rope_apart: KernelCount
     fused_kv_store: FusedKvStore
+    unfused_router: UnfusedRouter
     releases: dict[str, KernelRelease] = {}  # "0.4.6": counts of that release
 
 

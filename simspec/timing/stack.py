@@ -167,6 +167,10 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
     if model.num_shared_experts and not shared_fused:
         parts.append(("shared_experts", moe_layers, w.shared_experts))
     kernels, small, copies = _count_parts(parts, version, model.architecture, mla_rope_apart)
+    if moe_layers and shared_fused and model.architecture in kc.unfused_router.architectures:
+        # the router's top-k runs as a torch.compile'd chain, not one gate kernel (kernels.yaml unfused_router)
+        kernels += kc.unfused_router.kernels * moe_layers
+        small += kc.unfused_router.small * moe_layers
     return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
 
 
