@@ -19,7 +19,8 @@ What differs, by release:
 - the (num_steps, topk, num_draft_tokens) an EAGLE-family server picks when none is set: (5, 4, 8) for every
   model in both (0.4.4's argument defaults; 0.4.6's auto_choose_speculative_params), where 0.5.x picks by
   architecture (loader.py).
-- model architectures: Qwen3 arrived in 0.4.6 and Kimi-K2.5's wrapper after both (models/ of each wheel).
+- model architectures: Qwen3 arrived in 0.4.6, GLM-4.7-Flash's in 0.5.8 and Kimi-K2.5's wrapper in 0.5.9
+  (models/ of each wheel; _ARCHITECTURE_FROM).
 - whether the Triton fused MoE swaps its operands for FP8 tiles under 64 rows on Hopper, so that they run on
   wgmma: not before 0.5.8; 0.5.8 on the H20 only; from 0.5.9 on every SM90 part (fused_moe_triton_kernels.py
   should_enable_swap_ab, after SGLang PRs #15712 and #16723).
@@ -52,13 +53,13 @@ VERSION_PATTERN = r"^0\.(\d+)\.(\d+)(\.post\d+)?$"
 _ALGORITHMS_0_4_4 = ("none", "eagle", "mtp")
 _ALGORITHMS_0_4_6 = ("none", "eagle", "eagle3", "mtp")
 EARLY_AUTO_TREE = (5, 4, 8)
-# architectures of simspec's model presets that a release's models/ does not define
-_MISSING_ARCHITECTURES = {
-    (4, 4): ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"),
-    (4, 6): ("KimiK25ForConditionalGeneration",),
+# the first release whose models/ defines an architecture of simspec's model presets (the others are in all)
+_ARCHITECTURE_FROM = {
+    "Qwen3ForCausalLM": (4, 6),  # models/qwen3.py: not in the 0.4.4 wheel
+    "Qwen3MoeForCausalLM": (4, 6),
+    "KimiK25ForConditionalGeneration": (5, 9),  # models/kimi_k25.py (0.5.3-0.5.8 have kimi_linear, kimi_vl only)
+    "Glm4MoeLiteForCausalLM": (5, 8),  # models/glm4_moe_lite.py (GLM-4.7-Flash): not in the 0.5.7 wheel
 }
-KIMI_K25_FROM = (5, 9)  # models/kimi_k25.py first ships in the 0.5.9 wheel (0.5.3-0.5.8 have kimi_linear, kimi_vl only)
-GLM4_MOE_LITE_FROM = (5, 8)  # models/glm4_moe_lite.py (GLM-4.7-Flash) first ships in the 0.5.8 wheel, not 0.5.7's
 
 
 def minor_patch(version: str) -> tuple[int, int]:
@@ -148,11 +149,7 @@ def fused_shared_expert_copies(version: tuple[int, int], gpu_display_name: str, 
 
 
 def runs_architecture(version: tuple[int, int], architecture: str) -> bool:
-    if architecture == "KimiK25ForConditionalGeneration" and version < KIMI_K25_FROM:
-        return False
-    if architecture == "Glm4MoeLiteForCausalLM" and version < GLM4_MOE_LITE_FROM:
-        return False
-    return architecture not in _MISSING_ARCHITECTURES.get(version, ())
+    return version >= _ARCHITECTURE_FROM.get(architecture, (0, 0))
 
 
 # EAGLE-3 needs the target to expose its hidden states (set_eagle3_layers_to_capture, which ModelRunner calls for
