@@ -8,7 +8,9 @@ figure, and validation/recorded.yaml keeps the value CI must not exceed.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,6 +280,7 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         "by_source": by_source(results),
         "also_measured": also_summary(results),
         "verdicts": verdict_summary(results),
+        "trends": trend_summary(results),
     }
 
 
@@ -412,6 +415,113 @@ def verdict_summary(results: list[CaseResult]) -> dict[str, Any]:
     }
 
 
+# What a series of cases may vary: the clients of a closed loop and the requests sent (sources scale the prompts
+# with the clients), and the acceptance each run measured (the model is given each run's own, so the series
+# follows the time model). Every other scenario field, the source and the metric are the series' own.
+TREND_FREE_KEYS = ("name", "description", "acceptance")
+TREND_FREE_WORKLOAD_KEYS = ("num_requests",)
+# server caps a batch sweep may set to each run's batch (bench_eagle3 passes --max-running-requests and
+# --cuda-graph-max-bs at the batch size)
+TREND_FREE_SERVER_KEYS = ("max_running_requests", "cuda_graph_max_bs")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """How a figure moves as one source adds clients to one box and workload (issue 5: shapes matter as much as
+    points; EAGLE's speedup falling with batch size, M3): the measured change from the fewest clients to the
+    most against the predicted change. A model can sit within 10% at every point and still bend the wrong way
+    between them, or miss every point by 15% and scale as the box does; this says which."""
+
+    name: str
+    metric: str
+    case_ids: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+
+    @property
+    def measured_change(self) -> float:
+        return self.measured[-1] / self.measured[0]
+
+    @property
+    def predicted_change(self) -> float:
+        return self.predicted[-1] / self.predicted[0]
+
+    @property
+    def error_pct(self) -> float:
+        """The predicted change against the measured, as every other error here: +: the model grows (or keeps) more
+        with clients than the box did."""
+        return signed_error_pct(self.predicted_change, self.measured_change)
+
+    @property
+    def agrees(self) -> bool:
+        """Both rise from the fewest clients to the most, or both do not."""
+        return (self.measured_change > 1.0) == (self.predicted_change > 1.0)
+
+
+def _trend_key(case: Case) -> str | None:
+    """What the cases of one series share (source, metric, the scenario less TREND_FREE_KEYS, its clients, its
+    request count and the server caps TREND_FREE_SERVER_KEYS); None for a case that is not a closed loop."""
+    scenario = {k: v for k, v in case.scenario.items() if k not in TREND_FREE_KEYS}
+    workload = scenario.get("workload")
+    arrival = workload.get("arrival") if isinstance(workload, dict) else None
+    if not isinstance(arrival, dict) or arrival.get("type") != "closed" or "concurrency" not in arrival:
+        return None
+    scenario["workload"] = {k: v for k, v in workload.items() if k not in TREND_FREE_WORKLOAD_KEYS}
+    scenario["workload"]["arrival"] = {k: v for k, v in arrival.items() if k != "concurrency"}
+    server = scenario.get("server")
+    if isinstance(server, dict):
+        scenario["server"] = {k: v for k, v in server.items() if k not in TREND_FREE_SERVER_KEYS}
+    return json.dumps([source_of(case), case.measured.metric, scenario], sort_keys=True, default=str)
+
+
+def _series_name(ids: list[str]) -> str:
+    """The ids' common stem, cut back to a whole '-' part ('m3-llama31-8b-h100-eagle-chain3' from its -bs2 ...
+    -bs64 cases); the first id when they share no such stem."""
+    stem = os.path.commonprefix(ids)
+    cut = stem.rfind("-")
+    return stem[:cut] if cut > 0 else ids[0]
+
+
+def trends(results: list[CaseResult]) -> list[Trend]:
+    """The series among the non-fitted cases that predicted: two or more cases of one source and box that differ
+    only in their clients (_trend_key), worst |error| first. A group with two cases at the same concurrency is no
+    series (which of them would it follow?) and is left out."""
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if r.case.fitted or r.predicted is None:
+            continue
+        key = _trend_key(r.case)
+        if key is not None:
+            groups.setdefault(key, []).append(r)
+    out = []
+    for members in groups.values():
+        members.sort(key=lambda r: r.case.scenario["workload"]["arrival"]["concurrency"])
+        clients = tuple(int(r.case.scenario["workload"]["arrival"]["concurrency"]) for r in members)
+        if len(members) < 2 or len(set(clients)) != len(clients):
+            continue
+        ids = [r.case.id for r in members]
+        out.append(Trend(_series_name(ids), members[0].case.measured.metric, tuple(ids), clients,
+                         tuple(r.case.measured.value for r in members),
+                         tuple(float(r.predicted or 0.0) for r in members)))
+    return sorted(out, key=lambda t: (-abs(t.error_pct), t.name))
+
+
+def trend_summary(results: list[CaseResult]) -> dict[str, Any]:
+    """The series' mean |error| of the change from the fewest clients to the most, how many bend the same way as
+    measured, and each series."""
+    ts = trends(results)
+    return {
+        "series": len(ts),
+        "agree": sum(t.agrees for t in ts),
+        "mape_pct": sum(abs(t.error_pct) for t in ts) / len(ts) if ts else None,
+        "by_series": [{"name": t.name, "metric": t.metric, "cases": list(t.case_ids),
+                       "concurrencies": list(t.concurrencies), "measured_change": t.measured_change,
+                       "predicted_change": t.predicted_change, "error_pct": t.error_pct, "agrees": t.agrees}
+                      for t in ts],
+    }
+
+
 def pct(x: float | None) -> str:
     """A percentage as simspec validate prints it (tables, Markdown): one decimal, n/a for none."""
     return "n/a" if x is None else f"{x:.1f}%"
@@ -443,6 +553,17 @@ def markdown_summary(summary: dict[str, Any], kernel_summary: dict[str, Any] | N
             lines += ["", "| wrong verdict | measured speedup | predicted speedup |", "|---|---|---|"]
             lines += [f"| {w['id']} | {w['measured_speedup']:.2f}x | {w['predicted_speedup']:.2f}x |"
                       for w in verdict["wrong"]]
+    trend = summary.get("trends")
+    if trend and trend["series"]:
+        lines += ["", f"Trends over clients ({trend['series']} series: cases of one source, box and workload that"
+                  f" differ only in their clients; the figure's change from the fewest clients to the most, measured"
+                  f" and predicted): mean |error| {pct(trend['mape_pct'])}; {trend['agree']} of {trend['series']} move "
+                  "the way the box did.", "",
+                  "| series | metric | clients | measured change | predicted change | error |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {t['name']} | {t['metric']} | {', '.join(map(str, t['concurrencies']))} | "
+                  f"{t['measured_change']:.2f}x | {t['predicted_change']:.2f}x | {t['error_pct']:+.1f}% |"
+                  for t in trend["by_series"]]
     also = summary.get("also_measured")
     if also and also["figures"]:
         lines += ["", f"Latencies the same runs measured (the non-fitted cases' `also_measured`, not in the means "
@@ -487,7 +608,8 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
 
 
 RECORDED = "recorded.yaml"
-RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct", "also_measured_mape_pct", "verdicts_wrong")
+RECORDED_KEYS = ("mape_not_fitted_pct", "kernel_mape_pct", "also_measured_mape_pct", "trend_mape_pct",
+                 "verdicts_wrong")
 
 
 def suite_root(directory: str | Path) -> Path:
@@ -501,8 +623,9 @@ def suite_root(directory: str | Path) -> Path:
 def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> float | None:
     """A mean error recorded in the repository (validation/recorded.yaml), a CI regression gate: the end-to-end
     cases' non-fitted MAPE (mape_not_fitted_pct), the kernel tables' (kernel_mape_pct) or the non-fitted cases'
-    also_measured figures' (also_measured_mape_pct); or the count of verdicts the model gets wrong
-    (verdicts_wrong). None when not recorded."""
+    also_measured figures' (also_measured_mape_pct), the trends' (trend_mape_pct: the change along each series of
+    cases that differ only in their clients); or the count of verdicts the model gets wrong (verdicts_wrong). None
+    when not recorded."""
     path = suite_root(directory) / RECORDED
     if not path.exists():
         return None
@@ -510,7 +633,8 @@ def recorded_mape(directory: str | Path, key: str = "mape_not_fitted_pct") -> fl
     unknown = [k for k in data if k not in RECORDED_KEYS]
     if unknown:
         raise InputError(f"unknown key; allowed keys: {', '.join(RECORDED_KEYS)} (the cases' non-fitted, the kernel"
-                         " tables' and the cases' other measured figures' mean error, and the wrong verdicts;"
+                         " tables', the cases' other measured figures' and the trends' mean error, and the wrong"
+                         " verdicts;"
                          " `simspec validate DIR --record` writes them)", file=str(path),
                          key=str(unknown[0]))
     if key not in data:

@@ -36,6 +36,10 @@ def test_the_suite_does_not_regress_past_the_recorded_error():
     verdicts = s["verdicts"]  # does speculation beat no speculation, as measured and as predicted: its own gate
     assert verdicts["recorded_wrong"] is not None, "validation/recorded.yaml has no verdicts_wrong"
     assert verdicts["compared"] >= 80 and len(verdicts["wrong"]) <= verdicts["recorded_wrong"], verdicts
+    trends = s["trends"]  # how the figures move with the clients (issue 5: 'shapes matter'): their own gate
+    assert trends["recorded_mape_pct"] is not None, "validation/recorded.yaml has no trend_mape_pct"
+    assert trends["series"] >= 20 and trends["mape_pct"] <= trends["recorded_mape_pct"], trends
+    assert any(t["name"] == "m3-llama31-8b-h100-eagle-chain3" and len(t["cases"]) == 9 for t in trends["by_series"])
     assert res.exit_code == 0
     # a case's note opens with the error it explains; a change that moves the case further than 1.5 points puts a dated
     # line with the new figure in front (validation/README.md), so that no note argues from a figure gone stale
@@ -906,3 +910,77 @@ def test_a_baseline_may_differ_only_in_the_server_settings_speculation_brings(tm
           scenario=_speculative(server=dict(spec_server, cuda_graph=False)), baseline_case="base")
     bad = CliRunner().invoke(main, ["validate", str(tmp_path)])
     assert bad.exit_code == 2 and "differs in scenario.server" in bad.output and "server.spec_v2" in bad.output
+
+
+def _throughput(value: float) -> dict:
+    return {"metric": "throughput_tokens_per_s", "value": value}
+
+
+def _clients(n: int, **changes) -> dict:
+    """SMALL with n clients in a closed loop, sending 2n requests."""
+    scenario = _speculative(**changes) if changes.pop("speculative", False) else dict(SMALL, **changes)
+    workload = dict(scenario["workload"], arrival={"type": "closed", "concurrency": n}, num_requests=2 * n)
+    return dict(scenario, workload=workload)
+
+
+def test_trends_follow_a_series_over_clients_from_the_fewest_to_the_most(tmp_path):
+    """Three cases of one source that differ only in their clients (and requests, and each run's own acceptance)
+    form a series; its error is the predicted change from 1 to 8 clients against the measured one, so a model
+    off by the same factor at every point has none. A case of another model, a fitted case and a case of another
+    source stay out; two cases at one concurrency make no series."""
+    probe = {n: _case(tmp_path, f"s-c{n}", scenario=_clients(n), measured=_throughput(100.0)) for n in (1, 4, 8)}
+    first = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    predicted = {c["id"]: c["predicted"] for c in first["cases"]}
+    assert predicted["s-c8"] > predicted["s-c4"] > predicted["s-c1"]
+    for n in probe:  # measured at 0.8 x the prediction everywhere: off at every point, right in its shape
+        _case(tmp_path, f"s-c{n}", scenario=_clients(n), measured=_throughput(0.8 * predicted[f"s-c{n}"]))
+    _case(tmp_path, "spec-c1", scenario=_clients(1, speculative=True), measured=_throughput(100.0))
+    _case(tmp_path, "spec-c8", scenario=_clients(8, speculative=True, acceptance={"accept_length": 3.0,
+                                                                              "source": "test"}),
+          measured=_throughput(400.0))
+    _case(tmp_path, "qwen-c4", scenario=_clients(4, model="qwen3-8b"), measured=_throughput(100.0))
+    _case(tmp_path, "fit-c2", scenario=_clients(2), fitted=True, measured=_throughput(100.0))
+    _case(tmp_path, "other-c2", scenario=_clients(2), source={"citation": "elsewhere"}, measured=_throughput(100.0))
+    for twin, n in (("twin-a", 2), ("twin-b", 2), ("twin-c", 4)):
+        _case(tmp_path, twin, scenario=_clients(n, model="qwen3-8b"), source={"citation": "twins"},
+              measured=_throughput(100.0))
+    out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    rows = {c["id"]: c for c in out["cases"]}
+    t = out["summary"]["trends"]
+    by_name = {row["name"]: row for row in t["by_series"]}
+    assert set(by_name) == {"s", "spec"} and t["series"] == 2
+    s = by_name["s"]
+    assert s["cases"] == ["s-c1", "s-c4", "s-c8"] and s["concurrencies"] == [1, 4, 8]
+    assert s["measured_change"] == pytest.approx(predicted["s-c8"] / predicted["s-c1"])
+    assert s["error_pct"] == pytest.approx(0.0, abs=1e-9) and s["agrees"]
+    spec = by_name["spec"]  # the accept length differs between the two runs: still one series
+    change = rows["spec-c8"]["predicted"] / rows["spec-c1"]["predicted"]
+    assert spec["measured_change"] == pytest.approx(4.0)
+    assert spec["error_pct"] == pytest.approx((change / 4.0 - 1) * 100)
+    assert t["mape_pct"] == pytest.approx(abs(spec["error_pct"]) / 2)
+    text = CliRunner().invoke(main, ["validate", str(tmp_path)]).output
+    assert "trends over clients" in text and "2 series" in text
+    md = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown"]).output
+    assert "Trends over clients (2 series" in md and "| s | throughput_tokens_per_s | 1, 4, 8 | " in md
+
+
+def test_a_trend_regression_fails_the_check_and_an_unrecorded_one_must_be_recorded(tmp_path):
+    """Measured as predicted at one client and at 0.9 x at four: recorded, the check passes. Measured at 0.6 x at
+    four, the series' change is further from the model's: its own gate fails (the cases' mean is allowed 100%)."""
+    for n in (1, 4):
+        _case(tmp_path, f"a-c{n}", scenario=_clients(n), measured=_throughput(100.0))
+    first = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    predicted = {c["id"]: c["predicted"] for c in first["cases"]}
+    _case(tmp_path, "a-c1", scenario=_clients(1), measured=_throughput(predicted["a-c1"]))
+    _case(tmp_path, "a-c4", scenario=_clients(4), measured=_throughput(0.9 * predicted["a-c4"]))
+    (tmp_path / "recorded.yaml").write_text("mape_not_fitted_pct: 100.0\n")
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 2 and "trend_mape_pct" in res.output and "--record" in res.output
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--record"]).exit_code == 0
+    recorded = yaml.safe_load((tmp_path / "recorded.yaml").read_text())
+    assert recorded["trend_mape_pct"] == pytest.approx((1 / 0.9 - 1) * 100, abs=0.01)
+    (tmp_path / "recorded.yaml").write_text(yaml.safe_dump(recorded | {"mape_not_fitted_pct": 100.0}))
+    assert CliRunner().invoke(main, ["validate", str(tmp_path), "--check"]).exit_code == 0
+    _case(tmp_path, "a-c4", scenario=_clients(4), measured=_throughput(0.6 * predicted["a-c4"]))
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--check"])
+    assert res.exit_code == 1 and re.search(r"recorded trend mean error: [\d.]+% \(REGRESSED\)", res.output)

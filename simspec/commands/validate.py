@@ -18,11 +18,11 @@ _RECORD_STEP = 0.01
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (cases and summary).")
 @click.option("--check", is_flag=True,
               help="Exit 1 when a case fails to predict, or the non-fitted mean error, the kernel tables' mean"
-                   " error, the cases' other measured figures' mean error or the count of wrong verdicts exceeds"
-                   " DIR/recorded.yaml (the CI regression gate).")
+                   " error, the cases' other measured figures' mean error, the trends' mean error or the count of"
+                   " wrong verdicts exceeds DIR/recorded.yaml (the CI regression gate).")
 @click.option("--record", is_flag=True,
-              help="Write the non-fitted mean error, the kernel tables' and the other measured figures' mean errors"
-                   " and the count of wrong verdicts to DIR/recorded.yaml.")
+              help="Write the non-fitted mean error, the kernel tables', the other measured figures' and the"
+                   " trends' mean errors and the count of wrong verdicts to DIR/recorded.yaml.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
 @click.option("--markdown", "as_markdown", is_flag=True,
@@ -36,7 +36,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     source measured in the same run (its also_measured: TTFT, TPOT, ITL) follow, with their own mean. Kernel
     tables under DIR/kernels (published microbenchmarks of one kernel) are reported last, with theirs. Verdicts
     say, for each speculative case, whether speculation beat no speculation as measured and as predicted: from the
-    speedup the source gives, or from the case and its baseline_case.
+    speedup the source gives, or from the case and its baseline_case. Trends follow each series of cases that differ
+    only in their clients: the figure's change from the fewest clients to the most, measured and predicted.
     """
     from rich.console import Console
     from rich.markup import escape
@@ -86,6 +87,12 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 and not Path(directory).is_file():
             raise InputError("has no also_measured_mape_pct while cases give also_measured figures: record it with"
                              " --record", file=str(root / v.RECORDED), key="also_measured_mape_pct")
+        trend_summary = summary["trends"]
+        trend_recorded = v.recorded_mape(root, "trend_mape_pct")
+        if trend_summary["series"] and recorded is not None and trend_recorded is None and not record \
+                and not Path(directory).is_file():
+            raise InputError("has no trend_mape_pct while cases form series over clients: record it with --record",
+                             file=str(root / v.RECORDED), key="trend_mape_pct")
         verdict_summary = summary["verdicts"]
         verdicts_wrong = v.recorded_mape(root, "verdicts_wrong")
         verdicts_recorded = None if verdicts_wrong is None else int(verdicts_wrong)
@@ -120,7 +127,10 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                       and also_summary["mape_pct"] > also_recorded)
     verdict_summary["recorded_wrong"] = verdicts_recorded
     verdicts_regressed = verdicts_recorded is not None and len(verdict_summary["wrong"]) > verdicts_recorded
-    summary["regressed"] = regressed or kernels_regressed or also_regressed or verdicts_regressed
+    trend_summary["recorded_mape_pct"] = trend_recorded
+    trends_regressed = (trend_recorded is not None and trend_summary["mape_pct"] is not None
+                        and trend_summary["mape_pct"] > trend_recorded)
+    summary["regressed"] = regressed or kernels_regressed or also_regressed or verdicts_regressed or trends_regressed
 
     if record:
         value = summary["mape_not_fitted_pct"]
@@ -132,7 +142,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
 
         text = ("# Mean absolute % error of simspec validate over the cases NOT used for fitting, over the\n"
                 "# compared points of the kernel tables not used for fitting (validation/kernels), and over the\n"
-                "# non-fitted cases' also_measured latencies, and the count of non-fitted speculative cases whose\n"
+                "# non-fitted cases' also_measured latencies and over the change along each series of cases that\n"
+                "# differ only in their clients (trends), and the count of non-fitted speculative cases whose\n"
                 "# verdict (faster than no speculation or not) the model gets wrong. CI (tests/test_validation.py)\n"
                 "# fails when any grows beyond its figure here. Update with `simspec validate --record` only when a\n"
                 "# change is meant to move them, and say why in the commit.\n"
@@ -147,11 +158,14 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         if verdict_summary["compared"]:
             text += f"verdicts_wrong: {len(verdict_summary['wrong'])}\n"
             verdict_summary["recorded_wrong"] = verdicts_recorded = len(verdict_summary["wrong"])
+        if trend_summary["mape_pct"] is not None:
+            text += f"trend_mape_pct: {up(trend_summary['mape_pct']):.2f}\n"
+            trend_summary["recorded_mape_pct"] = trend_recorded = round(up(trend_summary["mape_pct"]), 2)
         (root / "recorded.yaml").write_text(text)
         summary["recorded_mape_not_fitted_pct"] = recorded = round(up(value), 2)
         if kernel_summary is not None:
             kernel_recorded = kernel_summary["recorded_mape_pct"]  # what the output below reports as recorded
-        regressed = kernels_regressed = also_regressed = verdicts_regressed = False
+        regressed = kernels_regressed = also_regressed = verdicts_regressed = trends_regressed = False
         summary["regressed"] = summary["failed"] > 0
 
     if as_markdown:
@@ -213,6 +227,8 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             console.print(f"recorded non-fitted mean error: {recorded:.2f}% ({state})")
         if verdict_summary["compared"]:
             _print_verdicts(console, verdict_summary, verdicts_regressed)
+        if trend_summary["series"]:
+            _print_trends(console, trend_summary, trends_regressed)
         if also_summary["figures"]:
             _print_also(console, results, also_summary, also_regressed)
         if kernel_summary is not None:
@@ -317,6 +333,35 @@ def _print_verdicts(console, verdict_summary: dict, regressed: bool) -> None:
     if verdict_summary["recorded_wrong"] is not None:
         state = "[red]REGRESSED[/]" if regressed else "ok"
         console.print(f"recorded wrong verdicts: {verdict_summary['recorded_wrong']} ({state})")
+
+
+def _print_trends(console, trend_summary: dict, regressed: bool) -> None:
+    """Each series of cases that differ only in their clients: how the figure moves from the fewest to the most,
+    measured and predicted (validation.trends), worst first."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from simspec import validation as v
+
+    t = Table(title="trends over clients: the figure's change from the fewest clients to the most (not in the means"
+                    " above)", title_justify="left")
+    t.add_column("series", overflow="fold")
+    t.add_column("metric", overflow="fold")
+    t.add_column("clients", overflow="fold")
+    for col in ("measured", "predicted", "error"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in trend_summary["by_series"]:
+        colour = "green" if abs(row["error_pct"]) <= v.CASE_BAR_PCT else "red"
+        t.add_row(escape(row["name"]), row["metric"], ", ".join(map(str, row["concurrencies"])),
+                  f"{row['measured_change']:.2f}x", f"{row['predicted_change']:.2f}x",
+                  f"[{colour}]{row['error_pct']:+.1f}%[/]")
+    console.print(t)
+    console.print(f"trends: {trend_summary['series']} series, mean |error| of the change"
+                  f" [bold]{v.pct(trend_summary['mape_pct'])}[/]; {trend_summary['agree']} of"
+                  f" {trend_summary['series']} move the way the box did")
+    if trend_summary["recorded_mape_pct"] is not None:
+        state = "[red]REGRESSED[/]" if regressed else "ok"
+        console.print(f"recorded trend mean error: {trend_summary['recorded_mape_pct']:.2f}% ({state})")
 
 
 def _failed_text(failed: list) -> str:
