@@ -12,7 +12,7 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -504,6 +504,10 @@ def trends(results: list[CaseResult]) -> list[Trend]:
         out.append(Trend(_series_name(ids), members[0].case.measured.metric, tuple(ids), clients,
                          tuple(r.case.measured.value for r in members),
                          tuple(float(r.predicted or 0.0) for r in members)))
+    # two series of one stem (a source that changed its setup between low and high concurrency) by their clients
+    stems = [t.name for t in out]
+    out = [replace(t, name=f"{t.name} ({t.concurrencies[0]}-{t.concurrencies[-1]} clients)")
+           if stems.count(t.name) > 1 else t for t in out]
     return sorted(out, key=lambda t: (-abs(t.error_pct), t.name))
 
 

@@ -944,11 +944,18 @@ def test_trends_follow_a_series_over_clients_from_the_fewest_to_the_most(tmp_pat
     for twin, n in (("twin-a", 2), ("twin-b", 2), ("twin-c", 4)):
         _case(tmp_path, twin, scenario=_clients(n, model="qwen3-8b"), source={"citation": "twins"},
               measured=_throughput(100.0))
+    long = dict(SMALL["workload"], input_tokens={"dist": "fixed", "value": 512})
+    for n in (2, 4):  # one stem, two workloads: two series, told apart by their clients
+        _case(tmp_path, f"u-c{n}", scenario=_clients(n, model="qwen3-8b"), source={"citation": "u"},
+              measured=_throughput(100.0))
+        _case(tmp_path, f"u-c{4 * n}", scenario=_clients(4 * n, model="qwen3-8b", workload=long),
+              source={"citation": "u"}, measured=_throughput(100.0))
     out = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
     rows = {c["id"]: c for c in out["cases"]}
     t = out["summary"]["trends"]
     by_name = {row["name"]: row for row in t["by_series"]}
-    assert set(by_name) == {"s", "spec"} and t["series"] == 2
+    assert set(by_name) == {"s", "spec", "u (2-4 clients)", "u (8-16 clients)"} and t["series"] == 4
+    assert by_name["u (8-16 clients)"]["cases"] == ["u-c8", "u-c16"]
     s = by_name["s"]
     assert s["cases"] == ["s-c1", "s-c4", "s-c8"] and s["concurrencies"] == [1, 4, 8]
     assert s["measured_change"] == pytest.approx(predicted["s-c8"] / predicted["s-c1"])
@@ -957,11 +964,11 @@ def test_trends_follow_a_series_over_clients_from_the_fewest_to_the_most(tmp_pat
     change = rows["spec-c8"]["predicted"] / rows["spec-c1"]["predicted"]
     assert spec["measured_change"] == pytest.approx(4.0)
     assert spec["error_pct"] == pytest.approx((change / 4.0 - 1) * 100)
-    assert t["mape_pct"] == pytest.approx(abs(spec["error_pct"]) / 2)
+    assert t["mape_pct"] == pytest.approx(sum(abs(row["error_pct"]) for row in t["by_series"]) / 4)
     text = CliRunner().invoke(main, ["validate", str(tmp_path)]).output
-    assert "trends over clients" in text and "2 series" in text
+    assert "trends over clients" in text and "4 series" in text
     md = CliRunner().invoke(main, ["validate", str(tmp_path), "--markdown"]).output
-    assert "Trends over clients (2 series" in md and "| s | throughput_tokens_per_s | 1, 4, 8 | " in md
+    assert "Trends over clients (4 series" in md and "| s | throughput_tokens_per_s | 1, 4, 8 | " in md
 
 
 def test_a_trend_regression_fails_the_check_and_an_unrecorded_one_must_be_recorded(tmp_path):
