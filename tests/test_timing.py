@@ -23,6 +23,12 @@ from simspec.timing.forward import (
 from simspec.timing.iteration import IterationModel, captured_batch_sizes
 from simspec.timing.stack import eagle_stack, target_stack
 
+SMALL_FOR_PREFILL = {
+    "name": "prefill", "hardware": {"gpu": "h100-pcie", "num_gpus": 1, "interconnect": "pcie5-nccl"},
+    "model": "qwen3-14b", "server": {"tp": 1},
+    "workload": {"arrival": {"type": "closed", "concurrency": 1}, "num_requests": 1,
+                 "input_tokens": {"dist": "fixed", "value": 2048}, "output_tokens": {"dist": "fixed", "value": 4}},
+}
 IDEAL = Efficiencies(memory_bandwidth=1.0, compute=1.0, routing_locality=0.0, forward_overhead_ms=0.0,
                      kernel_gap_graph_us=0.0, small_kernel_us=0.0, layer_overhead_eager_us=0.0)
 
@@ -224,6 +230,38 @@ def _prefill_model(model: str, gpu, tp: int, t: int) -> tuple[ForwardModel, Forw
     curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
     fm = ForwardModel(target_stack(presets.models()[model], tp=tp), gpu, Collectives(curve, tp, "nvlink"), IDEAL)
     return fm, ForwardShape(num_seqs=t, tokens=t, real_seqs=t, real_tokens=t, logit_tokens=t, graph=False)
+
+
+def test_a_prefill_streams_the_elementwise_kernels_activations_and_a_decode_step_does_not():
+    """Qwen3-14B-FP8 at TP 1, per token, by hand from kernels.yaml's per-layer kernels: two fused_add_rmsnorm (read
+    hidden and residual, write both: 4 x 5,120 BF16), the q/k norm and the rotary (read and write q, 5,120, and k,
+    1,024), the KV store (read k and v, write the cache), the attention's q in and output out, silu_and_mul (read
+    2 x 17,408, write 17,408), and a per-token FP8 quantisation (BF16 read, FP8 written) before each of the four
+    linears (inputs 5,120, 5,120, 5,120, 17,408 wide). A prefill of 8,192 tokens streams them on top of its GEMMs;
+    a decode step of as many rows in a CUDA graph (kept in the L2) does not."""
+    h, q, kv, inter = 5120, 5120, 1024, 17408
+    layer = (2 * 4 * h + 2 * (q + kv) + 2 * (q + kv) + 4 * kv + 2 * q + 3 * inter) * 2 + (h + q + h + inter) * 3
+    stack = target_stack(presets.models()["qwen3-14b-fp8"], tp=1)
+    assert stack.elementwise_bytes_per_token == pytest.approx(40 * layer)
+    assert target_stack(presets.models()["qwen3-14b"], tp=1).elementwise_bytes_per_token == pytest.approx(
+        40 * (layer - (h + q + h + inter) * 3))  # BF16 linears: no quantisation kernels
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    gpu = presets.gpus()["h100-pcie"]
+    fm = ForwardModel(stack, gpu, Collectives(curve, 1, "nvlink"), IDEAL)
+    t = 8192
+    plain = ForwardShape(num_seqs=4, tokens=t, real_seqs=4, real_tokens=t, logit_tokens=4, graph=False)
+    prefill = dataclasses.replace(plain, prefill=True)
+    extra = t * 40 * layer / (gpu.memory_bandwidth_gbps * 1e9)
+    assert fm._weights(prefill)[0] - fm._weights(plain)[0] == pytest.approx(extra)
+    assert fm._weights(prefill)[2] - fm._weights(plain)[2] == pytest.approx(extra)  # in the roofline too
+    assert extra > 0.25 * fm._weights(plain)[0]  # a quarter of the GEMMs' time and more on this card
+    # IterationModel's prefills are such forwards; its decode steps are not
+    rs = resolve(parse_scenario(dict(SMALL_FOR_PREFILL, model="qwen3-14b-fp8"), "t.yaml"), "t.yaml")
+    im = IterationModel(rs)
+    with_bytes = im.prefill([2048] * 4).verify_compute_ms
+    im.target.stack = dataclasses.replace(im.target.stack, elementwise_bytes_per_token=0.0)
+    im.target._cache.clear()
+    assert with_bytes > im.prefill([2048] * 4).verify_compute_ms
 
 
 def _assert_kernels_match(fm: ForwardModel, shape: ForwardShape, hand: dict) -> None:

@@ -59,6 +59,7 @@ class ForwardShape:
     logit_tokens: int  # tokens whose logits are computed and all-gathered
     graph: bool  # replayed from a CUDA graph
     extend: bool = False  # consumes target hidden states (runs EAGLE's fc)
+    prefill: bool = False  # new prompt tokens: activations past the L2 (Stack.elementwise_bytes_per_token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +296,10 @@ class ForwardModel:
             t, r = self._moe(shape)
             compute += t
             roof += r
+        if shape.prefill:  # the elementwise kernels between the GEMMs stream a prefill's activations from DRAM
+            activations = shape.tokens * st.elementwise_bytes_per_token
+            compute += activations / (self._bw * eff.memory_bandwidth)
+            roof += activations / self._bw
         if shape.graph:  # every kernel boundary, and the floor of kernels that move almost no bytes
             copies = st.small_kernels_from_two_rows if shape.tokens >= 2 else 0.0  # a strided q of 2+ rows
             compute += ((st.kernels_per_forward + copies) * eff.kernel_gap_graph_us

@@ -307,12 +307,12 @@ class IterationModel:
         pairs = sum(q * (q + 1) / 2 + q * c for q, c in zip(prompt_tokens, cached, strict=True))
         cached_context = float(sum(cached))
         shape = ForwardShape(num_seqs=seqs, tokens=tokens, real_seqs=seqs, real_tokens=tokens,
-                             logit_tokens=seqs, graph=False)
+                             logit_tokens=seqs, graph=False, prefill=True)
         v = self.target.cost(shape, cached_context + tokens, pairs)
         d = ForwardCost(0.0, 0.0, 0.0)
         if self.draft is not None:
             d = self.draft.cost(ForwardShape(num_seqs=seqs, tokens=tokens, real_seqs=seqs, real_tokens=tokens,
-                                             logit_tokens=seqs, graph=False, extend=True),
+                                             logit_tokens=seqs, graph=False, extend=True, prefill=True),
                                 cached_context + tokens, pairs)
         gpu = v.compute_ms + v.comm_ms + d.compute_ms + d.comm_ms
         return IterationCost(draft_compute_ms=d.compute_ms, draft_comm_ms=d.comm_ms,

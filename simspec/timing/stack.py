@@ -60,6 +60,9 @@ class Stack:
     # copies of the shared expert among the fused MoE's experts (releases.fused_shared_expert_copies): each token
     # routes to one of them besides its experts_per_token routed ones; 0 = the shared expert is its own MLP group
     shared_expert_copies: int = 0
+    # bytes one token moves through the elementwise kernels between the GEMMs, all layers, one GPU
+    # (elementwise_bytes_per_token): DRAM traffic once a prefill's activations outgrow the L2
+    elementwise_bytes_per_token: float = 0.0
 
     @property
     def all_reduces_per_forward(self) -> int:
@@ -174,6 +177,59 @@ def _kernel_count(model: ModelPreset, num_layers: int, num_dense_layers: int,
     return kernels + kc.per_forward.kernels, small + kc.per_forward.small, copies
 
 
+def elementwise_bytes_per_token(model: ModelPreset, tp: int, shared_apart: bool = False) -> float:
+    """Bytes one token moves, on one GPU over all layers, through the kernels between the GEMMs that
+    presets/kernels.yaml counts per layer: the two fused_add_rmsnorm (each reads the hidden state and the residual
+    and writes both), the rotary embedding (reads and writes q and k), the KV-cache store (reads k and v, writes
+    the cache), the attention kernel's q in and output out, Qwen3's q/k norm (reads and writes q and k), a dense
+    MLP's silu_and_mul (reads 2 x intermediate, writes 1 x; a shared expert run as its own MLP, `shared_apart`,
+    likewise), and one per_token_group_quant_fp8 before each linear whose weights are FP8 (reads its BF16 input,
+    writes it in FP8). MLA's: its two latent layernorms, the rotary
+    parts, the latent KV store and the attention's q in and output out. The routed experts' own kernels
+    (silu_and_mul, moe_sum_reduce and their activations) are ForwardModel.moe_kernels'; the GEMMs' own inputs and
+    outputs are left in their rooflines. Activations are BF16 (ACTIVATION_BYTES). A decode or verify step's rows
+    (a few hundred at most) stay in the L2 between these kernels; a prefill chunk of thousands of tokens does not
+    (8,192 tokens of a 5,120-wide hidden state are 84 MB against an H100's 50 MB of L2), so ForwardModel charges
+    these bytes to prefills only."""
+    a, h, w = ACTIVATION_BYTES, model.hidden_size, model.weights
+    quant_bytes = 1 + ACTIVATION_BYTES  # per input element of an FP8 linear: BF16 read, FP8 written
+    att = model.attention
+    per_layer = 2 * 4 * h * a  # input_layernorm and post_attention_layernorm, fused with the residual add
+    if isinstance(att, MlaAttention):
+        heads = att.num_heads / tp
+        q = heads * (att.qk_nope_head_dim + att.qk_rope_head_dim)
+        per_layer += 2 * (att.q_lora_rank + att.kv_lora_rank) * a  # q_a_layernorm, kv_a_layernorm
+        per_layer += 2 * (heads + 1) * att.qk_rope_head_dim * a  # rotary over q_pe and k_pe
+        per_layer += 2 * (att.kv_lora_rank + att.qk_rope_head_dim) * a  # the latent KV store
+        per_layer += (q + heads * att.v_head_dim) * a  # attention: q in, output out
+        linear_inputs = h + att.q_lora_rank + heads * att.v_head_dim  # fused_qkv_a_proj, q_b_proj, o_proj
+    else:
+        q = att.num_heads * att.head_dim / tp
+        kv = max(1.0, att.num_kv_heads / tp) * att.head_dim
+        per_layer += 2 * (q + kv) * a  # rotary
+        per_layer += 4 * kv * a  # KV store: k and v read, the cache written
+        per_layer += 2 * q * a  # attention: q in, output out
+        if model.architecture in kernel_counts().qk_norm_architectures:
+            per_layer += 2 * (q + kv) * a
+        linear_inputs = h + q  # qkv_proj, o_proj
+    total = per_layer * model.num_layers
+    if _fp8(w.attention):
+        total += linear_inputs * quant_bytes * model.num_layers
+    inter = model.dense_intermediate_size / tp
+    if model.num_dense_layers:
+        dense = 3 * inter * a  # silu_and_mul
+        if _fp8(w.dense_mlp):
+            dense += (h + inter) * quant_bytes  # gate_up_proj, down_proj
+        total += dense * model.num_dense_layers
+    if shared_apart and model.num_moe_layers:
+        shared = model.num_shared_experts * model.moe_intermediate_size / tp
+        apart = 3 * shared * a
+        if _fp8(w.shared_experts):
+            apart += (h + shared) * quant_bytes
+        total += apart * model.num_moe_layers
+    return total
+
+
 def _attention_params(att: MlaAttention | GqaAttention, h: int) -> float:
     rep, shard, _, _ = _attention(att, h, 1)
     return rep + shard
@@ -228,6 +284,8 @@ def target_stack(model: ModelPreset, tp: int, *, name: str | None = None,
         kv_bytes_per_token_per_gpu=kv * L, attn_flops_per_pair=aflops * L, weight_bytes_per_gpu=stored,
         total_params=total, kernels_per_forward=kernels, small_kernels_per_forward=small,
         small_kernels_from_two_rows=copies, shared_expert_copies=shared_expert_copies if moe_layers else 0,
+        elementwise_bytes_per_token=elementwise_bytes_per_token(
+            model, tp, shared_apart=bool(model.num_shared_experts) and not shared_expert_copies),
     )
 
 
@@ -300,6 +358,7 @@ def mtp_stack(model: ModelPreset, tp: int, version: tuple[int, int] = DEFAULT_RE
         kernels_per_forward=base.kernels_per_forward + head.kernels,
         small_kernels_per_forward=base.small_kernels_per_forward + head.small,
         small_kernels_from_two_rows=base.small_kernels_from_two_rows, shared_expert_copies=base.shared_expert_copies,
+        elementwise_bytes_per_token=base.elementwise_bytes_per_token,
     )
 
 
