@@ -190,7 +190,10 @@ def elementwise_bytes_per_token(model: ModelPreset, tp: int, shared_apart: bool 
     outputs are left in their rooflines. Activations are BF16 (ACTIVATION_BYTES). A decode or verify step's rows
     (a few hundred at most) stay in the L2 between these kernels; a prefill chunk of thousands of tokens does not
     (8,192 tokens of a 5,120-wide hidden state are 84 MB against an H100's 50 MB of L2), so ForwardModel charges
-    these bytes to prefills only."""
+    these bytes to prefills only. Left out: that a rotary kernel which stores K and V itself (kernels.yaml
+    fused_kv_store) spares the store's reads, an FP8 KV cache's halved writes, and MLA's prefill path (SGLang
+    prefills MLA as multi-head attention over decompressed K and V: its copies are the GEMMs'); EAGLE heads, one
+    layer each, are not charged (eagle_stack)."""
     a, h, w = ACTIVATION_BYTES, model.hidden_size, model.weights
     quant_bytes = 1 + ACTIVATION_BYTES  # per input element of an FP8 linear: BF16 read, FP8 written
     att = model.attention
