@@ -354,11 +354,16 @@ def check_baseline_cases(files: list[Path], suite: bool = True) -> None:
                       f"{' or server.'.join(PAIR_FREE_SERVER_KEYS)})")
 
 
+def _without(part: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A scenario part less the keys two compared cases may set apart (pairs and trends)."""
+    return {k: v for k, v in part.items() if k not in keys}
+
+
 def _pair_part(scenario: dict[str, Any], key: str) -> Any:
     """scenario[key] as a pair compares it: the server without the keys a speculative run may set apart."""
     value = scenario.get(key)
     if key == "server" and isinstance(value, dict):
-        return {k: v for k, v in value.items() if k not in PAIR_FREE_SERVER_KEYS}
+        return _without(value, PAIR_FREE_SERVER_KEYS)
     return value
 
 
@@ -462,17 +467,22 @@ class Trend:
 def _trend_key(case: Case) -> str | None:
     """What the cases of one series share (source, metric, the scenario less TREND_FREE_KEYS, its clients, its
     request count and the server caps TREND_FREE_SERVER_KEYS); None for a case that is not a closed loop."""
-    scenario = {k: v for k, v in case.scenario.items() if k not in TREND_FREE_KEYS}
+    scenario = _without(case.scenario, TREND_FREE_KEYS)
     workload = scenario.get("workload")
     arrival = workload.get("arrival") if isinstance(workload, dict) else None
     if not isinstance(arrival, dict) or arrival.get("type") != "closed" or "concurrency" not in arrival:
         return None
-    scenario["workload"] = {k: v for k, v in workload.items() if k not in TREND_FREE_WORKLOAD_KEYS}
-    scenario["workload"]["arrival"] = {k: v for k, v in arrival.items() if k != "concurrency"}
+    scenario["workload"] = (_without(workload, TREND_FREE_WORKLOAD_KEYS)
+                            | {"arrival": _without(arrival, ("concurrency",))})
     server = scenario.get("server")
     if isinstance(server, dict):
-        scenario["server"] = {k: v for k, v in server.items() if k not in TREND_FREE_SERVER_KEYS}
+        scenario["server"] = _without(server, TREND_FREE_SERVER_KEYS)
     return json.dumps([source_of(case), case.measured.metric, scenario], sort_keys=True, default=str)
+
+
+def _clients(r: CaseResult) -> int:
+    """A series member's clients (a closed loop's concurrency: _trend_key admits no other case)."""
+    return int(r.case.scenario["workload"]["arrival"]["concurrency"])
 
 
 def _series_name(ids: list[str]) -> str:
@@ -496,8 +506,8 @@ def trends(results: list[CaseResult]) -> list[Trend]:
             groups.setdefault(key, []).append(r)
     out = []
     for members in groups.values():
-        members.sort(key=lambda r: r.case.scenario["workload"]["arrival"]["concurrency"])
-        clients = tuple(int(r.case.scenario["workload"]["arrival"]["concurrency"]) for r in members)
+        members.sort(key=_clients)
+        clients = tuple(_clients(r) for r in members)
         if len(members) < 2 or len(set(clients)) != len(clients):
             continue
         ids = [r.case.id for r in members]
