@@ -44,6 +44,14 @@ def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     assert a100.peak_tflops("fp8") == a100.bf16_tflops
 
 
+@pytest.mark.parametrize("fraction", [0.0, 1.2])
+def test_a_sustained_tensor_fraction_outside_zero_to_one_is_refused(fraction):
+    fields = presets.gpus()["h100-pcie"].model_dump()
+    fields["sustained_tensor_fraction"] = {"fp8": fraction}
+    with pytest.raises(ValueError, match="sustained_tensor_fraction.fp8 must be in"):
+        presets.GpuPreset(**fields)
+
+
 @pytest.mark.parametrize(("gpu", "interconnect", "tp", "says"), [
     ("h100-sxm", "nvlink4-nccl", 8, None),
     ("b200", "nvlink5-nccl", 8, None),

@@ -159,6 +159,25 @@ def test_large_batches_become_compute_bound():
     assert cost.compute_ms == pytest.approx(flops / 989e12 * 1e3)  # bf16 dense peak
 
 
+def test_a_power_capped_card_runs_compute_bound_gemms_at_its_sustained_peak():
+    """The H100 PCIe's 350 W cap holds its clock below boost under tensor load (gpus.yaml sustained_tensor_fraction):
+    a large batch's linears take the datasheet's time over the measured fraction, FP8's more than BF16's."""
+    gpu = presets.gpus()["h100-pcie"]
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    t = 8192
+    for model, peak, fraction in (("qwen3-14b", 756e12, 0.93), ("qwen3-14b-fp8", 1513e12, 0.75)):
+        s = target_stack(presets.models()[model], tp=1)
+        groups = [g for g in s.groups if g.name != "lm_head"]  # the LM head is BF16 in both checkpoints
+        assert {g.compute for g in groups} == {"fp8" if model.endswith("fp8") else "bf16"}
+        fm = ForwardModel(s, gpu, Collectives(curve, 1, "nvlink"), IDEAL)
+        linears = sum(fm._time(g.bytes_per_gpu, g.flops_per_token * t, g.compute) for g in groups)
+        flops = sum(g.flops_per_token for g in groups) * t
+        assert linears == pytest.approx(flops / (peak * fraction))
+    assert gpu.sustained_tflops("fp8") / gpu.peak_tflops("fp8") < gpu.sustained_tflops("bf16") / gpu.peak_tflops("bf16")
+    sxm = presets.gpus()["h100-sxm"]  # no shortfall measured: the datasheet's peak
+    assert sxm.sustained_tflops("fp8") == sxm.peak_tflops("fp8")
+
+
 def test_attention_core_runs_at_the_bf16_peak_whatever_the_weights():
     """A long prefill's QK^T and PV read a BF16 KV cache: FP8 projection weights do not make them FP8. The same
     attention over the same context costs the same for Qwen3-30B-A3B and its FP8 checkpoint, at the BF16 peak."""

@@ -253,7 +253,7 @@ class ForwardModel:
         self.eff = eff
         self.collectives = collectives
         self._bw = gpu.memory_bandwidth_gbps * 1e9  # bytes/s
-        self._peak = {c: gpu.peak_tflops(c) * 1e12 for c in ("bf16", "fp8")}
+        self._peak = {c: gpu.sustained_tflops(c) * 1e12 for c in ("bf16", "fp8")}
         self._mma_rows = gpu.mma_rows
         self._cache: dict[ForwardShape, tuple[float, float, float]] = {}
         self._kv_s_per_token = stack.kv_bytes_per_token_per_gpu / (self._bw * eff.memory_bandwidth)
