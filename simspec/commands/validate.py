@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -11,6 +13,70 @@ import click
 EXIT_REGRESSED = 1
 # Recorded figures are rounded up to this step, so a re-run that differs in the last digits does not trip CI.
 _RECORD_STEP = 0.01
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """One figure CI holds to DIR/recorded.yaml: which part of the summary gives it, where that part reports the
+    recorded figure, and when recorded.yaml must hold it."""
+    key: str  # its name in recorded.yaml
+    part: str  # the summary part that gives it (see _summary_parts)
+    value: Callable[[dict], float | None]  # this run's figure (None: nothing to compare or record)
+    recorded_field: str  # where the part reports the recorded figure (--json)
+    label: str  # the console's "recorded <label>: <figure> (ok / REGRESSED)"
+    # what makes the figure required once recorded.yaml exists ("has no <key> while <needs>"), and the test of it;
+    # None: the suite's own figure, whose absence is recorded.yaml's
+    needs: str | None = None
+    present: Callable[[dict], bool] = lambda part: True
+    count: bool = False  # a count, written as it is, not a percentage rounded up to _RECORD_STEP
+
+    def recorded(self, root: Path) -> float | int | None:
+        from simspec import validation as v
+
+        figure = v.recorded_mape(root, self.key)
+        return int(figure) if figure is not None and self.count else figure
+
+    def up(self, value: float) -> float | int:
+        """The figure as recorded: a count as it is, a percentage rounded up to _RECORD_STEP."""
+        return int(value) if self.count else round(_RECORD_STEP * -(-value // _RECORD_STEP), 2)
+
+    def shown(self, figure: float) -> str:
+        return f"{figure:d}" if self.count else f"{figure:.2f}%"
+
+
+# In recorded.yaml's order; the first is the suite's own figure (the cases' non-fitted mean error).
+_GATES = (
+    _Gate("mape_not_fitted_pct", "cases", lambda s: s["mape_not_fitted_pct"], "recorded_mape_not_fitted_pct",
+          "non-fitted mean error"),
+    _Gate("kernel_mape_pct", "kernels", lambda s: s["mape_pct"], "recorded_mape_pct", "kernel mean error",
+          needs="the suite has kernel tables"),
+    _Gate("also_measured_mape_pct", "also_measured", lambda s: s["mape_pct"], "recorded_mape_pct",
+          "latency mean error", needs="cases give also_measured figures", present=lambda s: s["figures"] > 0),
+    _Gate("verdicts_wrong", "verdicts", lambda s: len(s["wrong"]) if s["compared"] else None, "recorded_wrong",
+          "wrong verdicts", needs="speculative cases give verdicts", present=lambda s: s["compared"] > 0,
+          count=True),
+    _Gate("trend_mape_pct", "trends", lambda s: s["mape_pct"], "recorded_mape_pct", "trend mean error",
+          needs="cases form series over clients", present=lambda s: s["series"] > 0),
+)
+_GATE = {g.part: g for g in _GATES}
+
+
+def _summary_parts(summary: dict, kernel_summary: dict | None) -> dict[str, dict]:
+    """The summary part behind each gate; the kernel tables' only where the suite has them."""
+    parts = {"cases": summary, "also_measured": summary["also_measured"], "verdicts": summary["verdicts"],
+             "trends": summary["trends"]}
+    if kernel_summary is not None:
+        parts["kernels"] = kernel_summary
+    return parts
+
+
+def _print_recorded(console, part: str, parts: dict[str, dict], regressed: dict[str, bool]) -> None:
+    """The recorded figure of one gate and whether this run exceeds it, where one is recorded."""
+    gate = _GATE[part]
+    figure = parts[part][gate.recorded_field]
+    if figure is not None:
+        state = "[red]REGRESSED[/]" if regressed[part] else "ok"
+        console.print(f"recorded {gate.label}: {gate.shown(figure)} ({state})")
 
 
 @click.command()
@@ -73,33 +139,17 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             task = bar.add_task("predicting cases", total=len(files))
             results = v.run_cases(files, progress=lambda: bar.advance(task))
         summary = v.summary(results)
-        recorded = v.recorded_mape(root)
         # kernel tables belong to the suite, not to one case: a single case file runs without them
         tables = kv.run_tables(kv.kernel_files(root)) if not Path(directory).is_file() else []
         kernel_summary = kv.summary(tables) if tables else None
-        kernel_recorded = v.recorded_mape(root, "kernel_mape_pct") if tables else None
-        if tables and recorded is not None and kernel_recorded is None and not record:
-            raise InputError("has no kernel_mape_pct while the suite has kernel tables: record it with --record",
-                             file=str(root / v.RECORDED), key="kernel_mape_pct")
-        also_summary = summary["also_measured"]
-        also_recorded = v.recorded_mape(root, "also_measured_mape_pct")
-        if also_summary["figures"] and recorded is not None and also_recorded is None and not record \
-                and not Path(directory).is_file():
-            raise InputError("has no also_measured_mape_pct while cases give also_measured figures: record it with"
-                             " --record", file=str(root / v.RECORDED), key="also_measured_mape_pct")
-        trend_summary = summary["trends"]
-        trend_recorded = v.recorded_mape(root, "trend_mape_pct")
-        if trend_summary["series"] and recorded is not None and trend_recorded is None and not record \
-                and not Path(directory).is_file():
-            raise InputError("has no trend_mape_pct while cases form series over clients: record it with --record",
-                             file=str(root / v.RECORDED), key="trend_mape_pct")
-        verdict_summary = summary["verdicts"]
-        verdicts_wrong = v.recorded_mape(root, "verdicts_wrong")
-        verdicts_recorded = None if verdicts_wrong is None else int(verdicts_wrong)
-        if verdict_summary["compared"] and recorded is not None and verdicts_recorded is None and not record \
-                and not Path(directory).is_file():
-            raise InputError("has no verdicts_wrong while speculative cases give verdicts: record it with --record",
-                             file=str(root / v.RECORDED), key="verdicts_wrong")
+        parts = _summary_parts(summary, kernel_summary)
+        recorded = {gate.part: gate.recorded(root) for gate in _GATES if gate.part in parts}
+        for gate in _GATES:
+            if gate.needs and gate.part in parts and gate.present(parts[gate.part]) \
+                    and recorded["cases"] is not None and recorded[gate.part] is None and not record \
+                    and not Path(directory).is_file():
+                raise InputError(f"has no {gate.key} while {gate.needs}: record it with --record",
+                                 file=str(root / v.RECORDED), key=gate.key)
         if kernel_summary is not None and record and kernel_summary["mape_pct"] is None:
             raise InputError("no kernel-table point is compared (all fit in L2 or belong to fitted tables):"
                              " nothing to record for them",
@@ -114,59 +164,35 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
     except InputError as err:
         fail(err)
         return
-    summary["recorded_mape_not_fitted_pct"] = recorded
-    kernel_mape = kernel_summary["mape_pct"] if kernel_summary else None
-    if kernel_summary is not None:
-        kernel_summary["recorded_mape_pct"] = kernel_recorded
+    for part, figure in recorded.items():
+        parts[part][_GATE[part].recorded_field] = figure
+    regressed = {part: figure is not None and (value := _GATE[part].value(parts[part])) is not None and value > figure
+                 for part, figure in recorded.items()}
     # a case that no longer predicts would drop out of the mean and flatter it: that is a regression too
-    regressed = summary["failed"] > 0 or (recorded is not None and summary["mape_not_fitted_pct"] is not None
-                                          and summary["mape_not_fitted_pct"] > recorded)
-    kernels_regressed = kernel_recorded is not None and kernel_mape is not None and kernel_mape > kernel_recorded
-    also_summary["recorded_mape_pct"] = also_recorded
-    also_regressed = (also_recorded is not None and also_summary["mape_pct"] is not None
-                      and also_summary["mape_pct"] > also_recorded)
-    verdict_summary["recorded_wrong"] = verdicts_recorded
-    verdicts_regressed = verdicts_recorded is not None and len(verdict_summary["wrong"]) > verdicts_recorded
-    trend_summary["recorded_mape_pct"] = trend_recorded
-    trends_regressed = (trend_recorded is not None and trend_summary["mape_pct"] is not None
-                        and trend_summary["mape_pct"] > trend_recorded)
-    summary["regressed"] = regressed or kernels_regressed or also_regressed or verdicts_regressed or trends_regressed
+    regressed["cases"] = regressed["cases"] or summary["failed"] > 0
+    summary["regressed"] = any(regressed.values())
 
     if record:
-        value = summary["mape_not_fitted_pct"]
-        if value is None:
+        if summary["mape_not_fitted_pct"] is None:
             fail(InputError("no non-fitted case predicted: nothing to record", file=directory))
-
-        def up(x: float) -> float:
-            return _RECORD_STEP * -(-x // _RECORD_STEP)
-
         text = ("# Mean absolute % error of simspec validate over the cases NOT used for fitting, over the\n"
                 "# compared points of the kernel tables not used for fitting (validation/kernels), and over the\n"
                 "# non-fitted cases' also_measured latencies and over the change along each series of cases that\n"
                 "# differ only in their clients (trends), and the count of non-fitted speculative cases whose\n"
                 "# verdict (faster than no speculation or not) the model gets wrong. CI (tests/test_validation.py)\n"
                 "# fails when any grows beyond its figure here. Update with `simspec validate --record` only when a\n"
-                "# change is meant to move them, and say why in the commit.\n"
-                f"mape_not_fitted_pct: {up(value):.2f}\n")
-        if kernel_mape is not None:
-            text += f"kernel_mape_pct: {up(kernel_mape):.2f}\n"
-            kernel_summary["recorded_mape_pct"] = round(up(kernel_mape), 2)  # type: ignore[index]
-        if also_summary["mape_pct"] is not None:
-            text += f"also_measured_mape_pct: {up(also_summary['mape_pct']):.2f}\n"
-        also_summary["recorded_mape_pct"] = also_recorded = (
-            round(up(also_summary["mape_pct"]), 2) if also_summary["mape_pct"] is not None else None)
-        if verdict_summary["compared"]:
-            text += f"verdicts_wrong: {len(verdict_summary['wrong'])}\n"
-            verdict_summary["recorded_wrong"] = verdicts_recorded = len(verdict_summary["wrong"])
-        if trend_summary["mape_pct"] is not None:
-            text += f"trend_mape_pct: {up(trend_summary['mape_pct']):.2f}\n"
-            trend_summary["recorded_mape_pct"] = trend_recorded = round(up(trend_summary["mape_pct"]), 2)
+                "# change is meant to move them, and say why in the commit.\n")
+        for gate in _GATES:
+            if gate.part not in parts:
+                continue
+            value = gate.value(parts[gate.part])
+            figure = None if value is None else gate.up(value)
+            if figure is not None:
+                text += f"{gate.key}: {gate.shown(figure).rstrip('%')}\n"
+            parts[gate.part][gate.recorded_field] = figure
         (root / "recorded.yaml").write_text(text)
-        summary["recorded_mape_not_fitted_pct"] = recorded = round(up(value), 2)
-        if kernel_summary is not None:
-            kernel_recorded = kernel_summary["recorded_mape_pct"]  # what the output below reports as recorded
-        regressed = kernels_regressed = also_regressed = verdicts_regressed = trends_regressed = False
-        summary["regressed"] = summary["failed"] > 0
+        regressed = dict.fromkeys(regressed, False)
+        regressed["cases"] = summary["regressed"] = summary["failed"] > 0
 
     if as_markdown:
         click.echo(v.markdown_summary(summary, kernel_summary), nl=False)
@@ -222,15 +248,16 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 " case's own reading and its `alternatives`)")
         console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {v.pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
-        if recorded is not None:
-            state = "[red]REGRESSED[/]" if regressed else "ok"
-            console.print(f"recorded non-fitted mean error: {recorded:.2f}% ({state})")
-        if verdict_summary["compared"]:
-            _print_verdicts(console, verdict_summary, verdicts_regressed)
-        if trend_summary["series"]:
-            _print_trends(console, trend_summary, trends_regressed)
-        if also_summary["figures"]:
-            _print_also(console, results, also_summary, also_regressed)
+        _print_recorded(console, "cases", parts, regressed)
+        if summary["verdicts"]["compared"]:
+            _print_verdicts(console, summary["verdicts"])
+            _print_recorded(console, "verdicts", parts, regressed)
+        if summary["trends"]["series"]:
+            _print_trends(console, summary["trends"])
+            _print_recorded(console, "trends", parts, regressed)
+        if summary["also_measured"]["figures"]:
+            _print_also(console, results, summary["also_measured"])
+            _print_recorded(console, "also_measured", parts, regressed)
         if kernel_summary is not None:
             k = Table(title="kernel tables: microbenchmarks of one kernel (not in the means above)",
                       title_justify="left")
@@ -247,15 +274,13 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                           f"{len(r.compared)} of {len(r.points)}", v.pct(r.mape_pct), span)
             console.print(k)
             console.print(f"mean absolute error, kernel points compared ({kernel_summary['points_compared']}):"
-                          f" [bold]{v.pct(kernel_mape)}[/] ({kernel_summary['points_in_l2']} points whose experts fit"
-                          " in L2 not compared)")
+                          f" [bold]{v.pct(kernel_summary['mape_pct'])}[/] ({kernel_summary['points_in_l2']} points"
+                          " whose experts fit in L2 not compared)")
             if kernel_summary["points_fitted"]:
                 fitted_points = kernel_summary["points_fitted"]
                 console.print(f"mean absolute error, kernel points of fitted tables ({fitted_points}):"
                               f" {v.pct(kernel_summary['mape_fitted_pct'])}")
-            if kernel_recorded is not None:
-                state = "[red]REGRESSED[/]" if kernels_regressed else "ok"
-                console.print(f"recorded kernel mean error: {kernel_recorded:.2f}% ({state})")
+            _print_recorded(console, "kernels", parts, regressed)
     # the image comes last, so that a failed write loses neither the printed results nor the gate's exit code
     plot_failed = False
     if plot_path is not None:
@@ -278,7 +303,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         sys.exit(2)
 
 
-def _print_also(console, results: list, also_summary: dict, regressed: bool) -> None:
+def _print_also(console, results: list, also_summary: dict) -> None:
     """The latencies the cases' sources measured in the same runs (also_measured), case by case, then by metric."""
     from rich.markup import escape
     from rich.table import Table
@@ -305,12 +330,9 @@ def _print_also(console, results: list, also_summary: dict, regressed: bool) -> 
     console.print(m)
     console.print(f"mean absolute error, latencies of non-fitted cases ({also_summary['figures']}):"
                   f" [bold]{v.pct(also_summary['mape_pct'])}[/]")
-    if also_summary["recorded_mape_pct"] is not None:
-        state = "[red]REGRESSED[/]" if regressed else "ok"
-        console.print(f"recorded latency mean error: {also_summary['recorded_mape_pct']:.2f}% ({state})")
 
 
-def _print_verdicts(console, verdict_summary: dict, regressed: bool) -> None:
+def _print_verdicts(console, verdict_summary: dict) -> None:
     """Whether speculation beats no speculation, as measured and as predicted, and the cases where the two differ."""
     from rich.markup import escape
     from rich.table import Table
@@ -330,12 +352,9 @@ def _print_verdicts(console, verdict_summary: dict, regressed: bool) -> None:
             t.add_row(escape(w["id"]), escape(w["baseline_case"] or "(the source's speedup)"),
                       f"{w['measured_speedup']:.2f}x", f"{w['predicted_speedup']:.2f}x")
         console.print(t)
-    if verdict_summary["recorded_wrong"] is not None:
-        state = "[red]REGRESSED[/]" if regressed else "ok"
-        console.print(f"recorded wrong verdicts: {verdict_summary['recorded_wrong']} ({state})")
 
 
-def _print_trends(console, trend_summary: dict, regressed: bool) -> None:
+def _print_trends(console, trend_summary: dict) -> None:
     """Each series of cases that differ only in their clients: how the figure moves from the fewest to the most,
     measured and predicted (validation.trends), worst first."""
     from rich.markup import escape
@@ -359,9 +378,6 @@ def _print_trends(console, trend_summary: dict, regressed: bool) -> None:
     console.print(f"trends: {trend_summary['series']} series, mean |error| of the change"
                   f" [bold]{v.pct(trend_summary['mape_pct'])}[/]; {trend_summary['agree']} of"
                   f" {trend_summary['series']} move the way the box did")
-    if trend_summary["recorded_mape_pct"] is not None:
-        state = "[red]REGRESSED[/]" if regressed else "ok"
-        console.print(f"recorded trend mean error: {trend_summary['recorded_mape_pct']:.2f}% ({state})")
 
 
 def _failed_text(failed: list) -> str:
