@@ -24,8 +24,8 @@ class _Gate:
     value: Callable[[dict], float | None]  # this run's figure (None: nothing to compare or record)
     recorded_field: str  # where the part reports the recorded figure (--json)
     label: str  # the console's "recorded <label>: <figure> (ok / REGRESSED)"
-    # what makes the figure required once recorded.yaml exists ("has no <key> while <needs>"), and the test of it;
-    # None: the suite's own figure, whose absence is recorded.yaml's
+    # what makes the figure required once recorded.yaml exists ("has no <key> while <needs>"), which `present`
+    # tests on the part; None for the suite's own figure, whose absence is recorded.yaml's own
     needs: str | None = None
     present: Callable[[dict], bool] = lambda part: True
     count: bool = False  # a count, written as it is, not a percentage rounded up to _RECORD_STEP
