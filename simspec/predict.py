@@ -49,6 +49,10 @@ def sources(rs: ResolvedScenario) -> dict[str, str]:
         d = rs.profile.draft_forward_ms
         out["draft_forward_ms"] = f"{d.value:g} (profile {rs.profile.name}: {d.source})"
     out["gpu"] = rs.gpu.source
+    sustained = rs.gpu.sustained_tensor_fraction
+    if sustained is not None:
+        parts = ", ".join(f"{c} {getattr(sustained, c):g}" for c in ("bf16", "fp8") if getattr(sustained, c))
+        out["sustained_tensor_fraction"] = f"{parts} of the datasheet's peak ({sustained.source})"
     out["model"] = rs.model.source
     from simspec.timing.iteration import IterationModel
     from simspec.timing.stack import release_kernels

@@ -44,11 +44,13 @@ def test_fp8_falls_back_to_bf16_on_gpus_without_fp8():
     assert a100.peak_tflops("fp8") == a100.bf16_tflops
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1.2])
-def test_a_sustained_tensor_fraction_outside_zero_to_one_is_refused(fraction):
+@pytest.mark.parametrize(("fraction", "says"), [({"fp8": 0.0}, "greater than 0"),
+                                               ({"fp8": 1.2}, "less than or equal to 1"),
+                                               ({}, "neither bf16 nor fp8")])
+def test_a_sustained_tensor_fraction_must_be_a_fraction_and_say_of_what(fraction, says):
     fields = presets.gpus()["h100-pcie"].model_dump()
-    fields["sustained_tensor_fraction"] = {"fp8": fraction}
-    with pytest.raises(ValueError, match="sustained_tensor_fraction.fp8 must be in"):
+    fields["sustained_tensor_fraction"] = fraction | {"source": "a test"}
+    with pytest.raises(ValueError, match=says):
         presets.GpuPreset(**fields)
 
 

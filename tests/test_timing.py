@@ -178,6 +178,18 @@ def test_a_power_capped_card_runs_compute_bound_gemms_at_its_sustained_peak():
     assert sxm.sustained_tflops("fp8") == sxm.peak_tflops("fp8")
 
 
+def test_a_prediction_on_a_power_capped_card_says_where_its_sustained_peak_comes_from():
+    from simspec.predict import sources
+    from simspec.scenario.loader import parse_scenario, resolve
+    from tests.conftest import SMALL
+
+    pcie = resolve(parse_scenario(SMALL | {"hardware": {"gpu": "h100-pcie", "num_gpus": 1,
+                                                        "interconnect": "pcie5-nccl"}}, "t.yaml"), "t.yaml")
+    said = sources(pcie)["sustained_tensor_fraction"]
+    assert said.startswith("bf16 0.93, fp8 0.75 of the datasheet's peak") and "pytorch/ao PR #3342" in said
+    assert "sustained_tensor_fraction" not in sources(resolve(parse_scenario(SMALL, "t.yaml"), "t.yaml"))
+
+
 def test_attention_core_runs_at_the_bf16_peak_whatever_the_weights():
     """A long prefill's QK^T and PV read a BF16 KV cache: FP8 projection weights do not make them FP8. The same
     attention over the same context costs the same for Qwen3-30B-A3B and its FP8 checkpoint, at the BF16 peak."""

@@ -23,6 +23,23 @@ class _Preset(BaseModel):
     source: str
 
 
+class SustainedTensorFraction(BaseModel):
+    """Per compute type, the fraction of its datasheet dense peak a card sustains in a compute-bound GEMM, relative
+    to an H100 SXM running the same kernel at the same shape: a card whose power cap holds its clock under tensor
+    load below the boost clock the datasheet's peak assumes. A compute type left out: no shortfall measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    bf16: float | None = Field(default=None, gt=0, le=1)
+    fp8: float | None = Field(default=None, gt=0, le=1)
+    source: str
+
+    @model_validator(mode="after")
+    def _says_something(self) -> SustainedTensorFraction:
+        if self.bf16 is None and self.fp8 is None:
+            raise ValueError("sustained_tensor_fraction gives neither bf16 nor fp8")
+        return self
+
+
 class GpuPreset(_Preset):
     memory_gb: float = Field(gt=0, description="marketed capacity, for listings; memory_mib sizes the KV cache")
     memory_mib: int = Field(gt=0, description="total memory nvidia-smi reports, in MiB: what SGLang's memory"
@@ -41,20 +58,11 @@ class GpuPreset(_Preset):
     moe_small_tile_tflops: float | None = Field(
         default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
         " run without swap-AB (warp-level MMA); None where not measured: such tiles then run at the dense peak")
-    sustained_tensor_fraction: dict[Literal["bf16", "fp8"], float] | None = Field(
-        default=None, description="per compute type, the fraction of its datasheet dense peak the card sustains in a"
-        " compute-bound GEMM, relative to an H100 SXM running the same kernel at the same shape: a card whose power"
-        " cap holds its clock under tensor load below the boost clock the datasheet's peak assumes. None, or a"
-        " compute type absent: no such shortfall measured (1)")
+    sustained_tensor_fraction: SustainedTensorFraction | None = Field(
+        default=None, description="where measured: the part of its datasheet dense peak the card sustains under its"
+        " power cap, per compute type (None: the datasheet's peak)")
     tdp_w: float = Field(gt=0)
     price_per_hour_usd: float = Field(gt=0)
-
-    @model_validator(mode="after")
-    def _fractions_in_range(self) -> GpuPreset:
-        for compute, fraction in (self.sustained_tensor_fraction or {}).items():
-            if not 0 < fraction <= 1:
-                raise ValueError(f"sustained_tensor_fraction.{compute} must be in (0, 1], got {fraction}")
-        return self
 
     def peak_tflops(self, compute: str) -> float:
         """Dense tensor peak for a compute type; FP8 falls back to BF16 on GPUs without FP8 units."""
@@ -66,7 +74,8 @@ class GpuPreset(_Preset):
         """The dense peak a compute-bound GEMM of this compute type can draw on here: the datasheet's, less what the
         card's power cap takes (sustained_tensor_fraction). compute_efficiency applies on top of it."""
         unit = "fp8" if compute == "fp8" and self.fp8_tflops else "bf16"
-        return self.peak_tflops(compute) * (self.sustained_tensor_fraction or {}).get(unit, 1.0)
+        fraction = getattr(self.sustained_tensor_fraction, unit, None)
+        return self.peak_tflops(compute) * (1.0 if fraction is None else fraction)
 
 
 def check_curve_points(points: list[tuple[float, float]]) -> None:
