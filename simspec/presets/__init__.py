@@ -25,8 +25,9 @@ class _Preset(BaseModel):
 
 class SustainedTensorFraction(BaseModel):
     """Per compute type, the fraction of its datasheet dense peak a card sustains in a compute-bound GEMM, relative
-    to an H100 SXM running the same kernel at the same shape: a card whose power cap holds its clock under tensor
-    load below the boost clock the datasheet's peak assumes. A compute type left out: no shortfall measured."""
+    to the same chip in a form its power does not hold back (for the H100 PCIe: a stock H100 SXM) running the same
+    kernel: a card whose power cap holds its clock under tensor load below the boost clock the datasheet's peak
+    assumes. A compute type left out: no shortfall measured."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     bf16: float | None = Field(default=None, gt=0, le=1)
