@@ -40,8 +40,12 @@ class _Gate:
         """The figure as recorded: a count as it is, a percentage rounded up to _RECORD_STEP."""
         return int(value) if self.count else round(_RECORD_STEP * -(-value // _RECORD_STEP), 2)
 
+    def written(self, figure: float) -> str:
+        """The figure as recorded.yaml holds it."""
+        return f"{figure:d}" if self.count else f"{figure:.2f}"
+
     def shown(self, figure: float) -> str:
-        return f"{figure:d}" if self.count else f"{figure:.2f}%"
+        return self.written(figure) + ("" if self.count else "%")
 
 
 # In recorded.yaml's order; the first is the suite's own figure (the cases' non-fitted mean error).
@@ -188,7 +192,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
             value = gate.value(parts[gate.part])
             figure = None if value is None else gate.up(value)
             if figure is not None:
-                text += f"{gate.key}: {gate.shown(figure).rstrip('%')}\n"
+                text += f"{gate.key}: {gate.written(figure)}\n"
             parts[gate.part][gate.recorded_field] = figure
         (root / "recorded.yaml").write_text(text)
         regressed = dict.fromkeys(regressed, False)

@@ -65,17 +65,18 @@ class GpuPreset(_Preset):
     tdp_w: float = Field(gt=0)
     price_per_hour_usd: float = Field(gt=0)
 
+    def tensor_unit(self, compute: str) -> Literal["bf16", "fp8"]:
+        """The tensor units a compute type runs on here: FP8 falls back to BF16 on GPUs without FP8 units."""
+        return "fp8" if compute == "fp8" and self.fp8_tflops else "bf16"
+
     def peak_tflops(self, compute: str) -> float:
-        """Dense tensor peak for a compute type; FP8 falls back to BF16 on GPUs without FP8 units."""
-        if compute == "fp8" and self.fp8_tflops:
-            return self.fp8_tflops
-        return self.bf16_tflops
+        """Dense tensor peak for a compute type (tensor_unit's)."""
+        return self.fp8_tflops if self.tensor_unit(compute) == "fp8" else self.bf16_tflops  # type: ignore[return-value]
 
     def sustained_tflops(self, compute: str) -> float:
         """The dense peak a compute-bound GEMM of this compute type can draw on here: the datasheet's, less what the
         card's power cap takes (sustained_tensor_fraction). compute_efficiency applies on top of it."""
-        unit = "fp8" if compute == "fp8" and self.fp8_tflops else "bf16"
-        fraction = getattr(self.sustained_tensor_fraction, unit, None)
+        fraction = getattr(self.sustained_tensor_fraction, self.tensor_unit(compute), None)
         return self.peak_tflops(compute) * (1.0 if fraction is None else fraction)
 
 
