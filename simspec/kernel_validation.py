@@ -315,9 +315,10 @@ def _one_moe_layer(shape: MoeShape) -> ModelPreset:
 
 def default_efficiencies() -> Efficiencies:
     """The time model's coefficients as simspec predicts with no calibration profile (presets/defaults.yaml), with
-    uniform routing: the benchmarks draw random gating for every token."""
+    uniform routing: the benchmarks draw random gating for every token (no locality, every expert equally likely)."""
     defaults = default_coefficients()
-    return replace(Efficiencies.from_coefficients(lambda name: defaults[name].value), routing_locality=0.0)
+    return replace(Efficiencies.from_coefficients(lambda name: defaults[name].value), routing_locality=0.0,
+                   routing_spread=0.0)
 
 
 def predict_all_reduce(table: AllReduceTable, file: str = "") -> TableResult:

@@ -81,8 +81,10 @@ def test_true_as_a_number_says_so():
      ("coefficients.scheduler_cpu_ms", "interval_95", "low <= value")),
     ({"name": "p", "coefficients": {"scheduler_cpu_ms": _coef(1.0, interval_95=[2.0, 3.0])}},
      ("coefficients.scheduler_cpu_ms", "interval_95", "low <= value")),
+    ({"name": "p", "coefficients": {"moe_routing_spread": _coef(50.0)}},
+     ("coefficients.moe_routing_spread.value", "allowed: 0 to 10")),
 ], ids=["scheduler-huge", "efficiency-below-fit-bound", "kernel-gap-huge", "draft-step-huge", "value-true",
-        "interval-negative", "interval-reversed", "interval-misses-value"])
+        "interval-negative", "interval-reversed", "interval-misses-value", "routing-spread-huge"])
 def test_implausible_profile_coefficients(tmp_path, profile, needles):
     _refused(_run("predict", _with_profile(tmp_path, profile)), "small.yaml", "calibration",
                       "profile.yaml", *needles)

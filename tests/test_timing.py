@@ -49,6 +49,38 @@ def test_routing_locality_only_discounts_tokens_after_the_first_of_a_sequence():
     assert distinct_experts(384, 8, 4, 4, 1.0) == pytest.approx(distinct_experts(384, 8, 4, 4, 0.0))
 
 
+def test_expert_popularity_spread_matches_a_gamma_population_of_experts():
+    """With each expert's chance of a pick drawn from a gamma law (mean 1/E, squared CV `spread`), the expected
+    untouched share after T one-expert picks is the integral of (1 - q)^T over that law: the closed form must agree
+    with the integral, and spread 0 must stay exactly uniform routing."""
+    from scipy import integrate, stats
+
+    experts, tokens = 4096, 2048
+    for spread in (0.3, 0.9, 1.5):
+        law = stats.gamma(a=1 / spread, scale=spread / experts)
+        untouched, _ = integrate.quad(lambda q, law=law: (1 - q) ** tokens * law.pdf(q), 0, 1, limit=200,
+                                      points=[1 / experts])
+        assert distinct_experts(experts, 1, tokens, tokens, 0.0, spread) == pytest.approx(
+            experts * (1 - untouched), rel=0.01)
+    assert distinct_experts(64, 4, 32, 32, 0.0, 0.0) == pytest.approx(64 * (1 - (1 - 4 / 64) ** 32))
+
+
+def test_popular_experts_leave_a_batch_fewer_distinct_experts_but_one_token_keeps_its_k():
+    one = [distinct_experts(256, 8, 1, 1, 0.0, spread) for spread in (0.0, 0.55, 2.0)]
+    assert one == pytest.approx([8.0, 8.0, 8.0], abs=0.05)
+    batch = [distinct_experts(256, 8, 32, 32, 0.0, spread) for spread in (0.0, 0.55, 2.0)]
+    assert batch[0] > batch[1] > batch[2] >= 8.0
+    assert distinct_experts(256, 8, 10_000, 10_000, 0.0, 0.55) == pytest.approx(256, rel=1e-3)  # a prefill: all
+
+
+def test_a_fused_moe_benchmarks_random_gating_keeps_uniform_routing():
+    """Kernel tables draw random router logits: neither a model's locality nor its popularity spread applies."""
+    from simspec.kernel_validation import default_efficiencies
+
+    eff = default_efficiencies()
+    assert eff.routing_locality == 0.0 and eff.routing_spread == 0.0
+
+
 def test_llama_8b_weight_bytes_by_hand():
     """Per token, one GPU reads every weight but the embedding once: q,k,v,o + MLP per layer, and lm_head."""
     s = target_stack(presets.models()["llama-3.1-8b"], tp=1)

@@ -209,6 +209,15 @@ class RoutingLocality(BaseModel):
     source: str
 
 
+class RoutingSpread(BaseModel):
+    """A model's measured expert popularity spread, with where and how it was measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float = Field(ge=0, le=10, description="squared coefficient of variation of the routed experts' selection"
+                                                  " frequencies within a layer (a gamma law's 1 / shape)")
+    source: str
+
+
 class ModelPreset(_Preset):
     architecture: str
     context_length: int = Field(ge=1)
@@ -229,6 +238,8 @@ class ModelPreset(_Preset):
     # Measured for this model, or carried from a sibling of the same routing design with its source saying so:
     # replaces defaults.yaml's uniform-routing 0, and a calibration profile replaces it
     moe_routing_locality: RoutingLocality | None = None
+    # Measured for this model on served text: replaces defaults.yaml's uniform 0, and a calibration profile replaces it
+    moe_routing_spread: RoutingSpread | None = None
 
     @property
     def num_moe_layers(self) -> int:
@@ -245,6 +256,8 @@ class ModelPreset(_Preset):
             raise ValueError("dense layers need dense_intermediate_size")
         if self.moe_routing_locality is not None and not self.num_moe_layers:
             raise ValueError("moe_routing_locality needs MoE layers")
+        if self.moe_routing_spread is not None and not self.num_moe_layers:
+            raise ValueError("moe_routing_spread needs MoE layers")
         return self
 
 

@@ -269,6 +269,9 @@ def _coefficients(profile: Profile | None, profile_path: str | None, file: str, 
     if model.moe_routing_locality is not None:
         measured = model.moe_routing_locality
         out["moe_routing_locality"] = Coefficient(measured.value, f"model {model_name}: {measured.source}")
+    if model.moe_routing_spread is not None:
+        measured_spread = model.moe_routing_spread
+        out["moe_routing_spread"] = Coefficient(measured_spread.value, f"model {model_name}: {measured_spread.source}")
     if profile is not None:
         for name, coef in profile.coefficients.items():
             if name not in defaults:

@@ -32,6 +32,8 @@ OTHER_COEFFICIENT_BOUNDS: dict[str, tuple[float, float, str]] = {
     "moe_empty_block_us": (0.0, 10.0, "a program that returns at once costs a few ns of its call (defaults.yaml)"),
     "moe_program_gbps": (0.1, 10_000.0, "one fused-MoE program streams ~27 GB/s on an H200 (defaults.yaml)"),
     "moe_routing_locality": (0.0, 1.0, "a fraction"),
+    # a gamma law's 1 / shape: 10 puts nine tenths of the choices on a few experts, beyond any measured layer
+    "moe_routing_spread": (0.0, 10.0, "measured layers give 0.5-1.3 (presets/models.yaml)"),
     # MiB in use before SGLang sizes its KV cache: the loader also holds it to 25% of the scenario's GPU
     "startup_memory_mib": (0.0, 1_048_576.0, "no GPU has 1 TiB of memory"),
     "startup_memory_multi_gpu_mib": (0.0, 1_048_576.0, "no GPU has 1 TiB of memory"),

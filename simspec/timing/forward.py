@@ -81,6 +81,7 @@ class Efficiencies:
     moe_empty_block_us: float = 0.0
     streaming_kernel_us: float = 0.0
     moe_program_gbps: float = math.inf  # no limit unless the coefficients give one
+    routing_spread: float = 0.0  # expert popularity's squared coefficient of variation (distinct_experts)
 
     @classmethod
     def from_coefficients(cls, coefficient: Callable[[str], float]) -> Efficiencies:
@@ -93,7 +94,8 @@ class Efficiencies:
                    layer_overhead_eager_us=coefficient("layer_overhead_eager_us"),
                    moe_empty_block_us=coefficient("moe_empty_block_us"),
                    streaming_kernel_us=coefficient("streaming_kernel_us"),
-                   moe_program_gbps=coefficient("moe_program_gbps"))
+                   moe_program_gbps=coefficient("moe_program_gbps"),
+                   routing_spread=coefficient("moe_routing_spread"))
 
 
 SMALL_TILE_ROWS = 16  # BLOCK_SIZE_M of the tiles that Hopper cannot run on wgmma (.m64) unless A and B are swapped
@@ -229,18 +231,29 @@ def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int
                    releases.moe_align_pads_experts_plus_one(version), down)
 
 
-def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float) -> float:
+def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float,
+                     spread: float = 0.0) -> float:
     """Expected distinct routed experts one MoE layer loads for `tokens` tokens in `seqs` sequences.
 
     Uniform top-k routing: an expert escapes one token with probability 1 - k/E, so T independent tokens
     touch E (1 - (1 - k/E)^T) experts (hardware-and-models.md). With routing locality rho, a token after the
     first of its sequence brings only k (1 - rho) experts its predecessor did not use.
+
+    Expert popularity: on served text some experts are chosen far more often than others (a layer's 32 most chosen
+    of DeepSeek-V3's 256 take ~31% of its choices, not 12.5%). With each expert's chance drawn from a gamma law of
+    mean k/E and squared coefficient of variation `spread`, M picks leave a fraction (1 + spread M/E)^(-1/spread) of
+    the experts untouched, where uniform routing's large-E form leaves e^(-M/E); the ratio of the two scales the
+    exact uniform figure above, so spread 0 keeps it, and one token still touches its k experts.
     """
     if num_experts == 0 or tokens == 0:
         return 0.0
     miss_first = 1.0 - k / num_experts
     miss_next = 1.0 - k * (1.0 - locality) / num_experts
     untouched = miss_first ** seqs * miss_next ** max(tokens - seqs, 0)
+    if spread > 0.0 and untouched > 0.0:
+        picks = (k * seqs + k * (1.0 - locality) * max(tokens - seqs, 0)) / num_experts  # M / E
+        untouched = math.exp(math.log(untouched) + picks - math.log1p(spread * picks) / spread)
+        return max(num_experts * (1.0 - untouched), float(min(k, num_experts)))
     return num_experts * (1.0 - untouched)
 
 
@@ -357,7 +370,7 @@ class ForwardModel:
         copies of a fused shared expert that its tokens route to (one each, chosen at random among the copies)."""
         st = self.stack
         routed = distinct_experts(st.num_experts, st.experts_per_token, shape.real_seqs, shape.real_tokens,
-                                  self.eff.routing_locality)
+                                  self.eff.routing_locality, self.eff.routing_spread)
         if not st.shared_expert_copies:
             return routed
         return routed + distinct_experts(st.shared_expert_copies, 1, shape.real_tokens, shape.real_tokens, 0.0)

@@ -168,14 +168,17 @@ class IterationModel:
 
     # ----------------------------------------------------------------------------------------- helpers
     def _draft_efficiencies(self) -> Efficiencies:
-        """A standalone draft model routes its own experts: its own measured locality, else the default (the
-        target's figure, from its preset or a profile of the box serving it, says nothing about the drafter's)."""
+        """A standalone draft model routes its own experts: its own measured locality and popularity spread, else
+        the defaults (the target's figures, from its preset or a profile of the box serving it, say nothing about
+        the drafter's)."""
         draft_model = self.rs.draft_model
         if draft_model is None or not draft_model.num_moe_layers:
             return self.eff
-        measured = draft_model.moe_routing_locality
-        value = measured.value if measured else presets.default_coefficients()["moe_routing_locality"].value
-        return replace(self.eff, routing_locality=value)
+        defaults = presets.default_coefficients()
+        locality, spread = draft_model.moe_routing_locality, draft_model.moe_routing_spread
+        return replace(self.eff,
+                       routing_locality=locality.value if locality else defaults["moe_routing_locality"].value,
+                       routing_spread=spread.value if spread else defaults["moe_routing_spread"].value)
 
     def padded(self, bs: int) -> tuple[int, bool]:
         """Batch size the kernels run at, and whether a CUDA graph is replayed."""
