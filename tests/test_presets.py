@@ -140,3 +140,52 @@ def test_the_locality_reader_refuses_another_figure():
     r = _lrc_reader()
     with pytest.raises(SystemExit, match="not the mchr figure"):
         r.axes([_word("LRU", 10, 10)], [])
+
+
+def _popularity_reader():
+    from tests.conftest import calibration_script
+
+    return calibration_script("read_expert_popularity")
+
+
+def test_the_popularity_reader_inverts_the_gamma_laws_top_share_and_pools_frequency_tables(tmp_path):
+    """calibration/read_expert_popularity.py: a uniform layer has squared CV 0 and its top eighth takes an eighth; the
+    gamma law's top share inverts to the spread it came from; two tables pool with equal weight before the CV is
+    taken (two sets favouring different experts are less spread together than each alone)."""
+    r = _popularity_reader()
+    assert r.top_share(0.0) == pytest.approx(1 / 8)
+    for spread in (0.3, 0.55, 1.2):
+        assert r.spread_from_top_share(r.top_share(spread)) == pytest.approx(spread, rel=1e-4)
+    with pytest.raises(ValueError, match="uniform"):
+        r.spread_from_top_share(0.1)
+    a = {0: [3.0, 1.0, 1.0, 3.0]}  # k = 8 over four experts
+    b = {0: [1.0, 3.0, 3.0, 1.0]}
+    alone = r.squared_cv(a[0])
+    median, per_layer = r.pooled_spread([a, b])
+    assert alone == pytest.approx(0.25) and median == per_layer[0] == pytest.approx(0.0)
+    rows = "Language,Layer,Expert_0,Expert_1\nEnglish,0,6.0,2.0\nHebrew,0,4.0,4.0\nEnglish,1,4.0,4.0\n"
+    (tmp_path / "t.csv").write_text(rows)
+    assert r.read_frequencies(str(tmp_path / "t.csv"), "English") == {0: [6.0, 2.0], 1: [4.0, 4.0]}
+
+
+def test_the_popularity_reader_takes_each_datasets_first_summary_from_the_notebook(tmp_path):
+    import json
+
+    r = _popularity_reader()
+    text = ("summary: top-32 combined frequency per layer for gpqa\n  layer 3: 31.0%\n  layer 4: 40.0%\n"
+            "summary: top-32 combined frequency per layer for gpqa\n  layer 3: 13.0%\n")  # the replicated one: skipped
+    (tmp_path / "nb.ipynb").write_text(json.dumps({"cells": [{"outputs": [{"text": [text]}]}]}))
+    assert r.read_top_shares(str(tmp_path / "nb.ipynb")) == {"gpqa": [0.31, 0.40]}
+
+
+def test_measured_popularity_spreads_sit_in_the_presets_with_their_sources():
+    """The figures calibration/read_expert_popularity.py derives (the data stay in their authors' repositories):
+    DeepSeek-V3 0.55, Qwen3-30B-A3B 0.83 and its sibling labelled as not measured; unmeasured models keep uniform."""
+    models = presets.models()
+    assert models["deepseek-v3"].moe_routing_spread.value == pytest.approx(0.55)
+    assert models["qwen3-30b-a3b"].moe_routing_spread.value == pytest.approx(0.83)
+    assert models["qwen3-235b-a22b"].moe_routing_spread.source.startswith("NOT MEASURED FOR THIS MODEL")
+    assert models["glm-4.7-flash"].moe_routing_spread is None and models["kimi-k2"].moe_routing_spread is None
+    with pytest.raises(ValueError, match="needs MoE layers"):
+        presets.ModelPreset(**{**models["llama-3.1-8b"].model_dump(),
+                               "moe_routing_spread": {"value": 0.5, "source": "test"}})

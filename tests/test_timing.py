@@ -716,6 +716,20 @@ def test_measured_locality_makes_a_qwen3_verify_cheaper_and_leaves_its_decode_al
     assert it.target.cost(decode, 1000, 1000).compute_ms == pytest.approx(uniform.cost(decode, 1000, 1000).compute_ms)
 
 
+def test_measured_popularity_makes_a_batch_of_requests_cheaper_and_leaves_one_request_alone(small):
+    """Popular experts: 32 requests' decode tokens touch fewer experts than uniform routing draws, so the step reads
+    fewer expert bytes; one request's token touches its k experts either way."""
+    it = IterationModel(_qwen3_moe(small))
+    assert it.target.eff.routing_spread == presets.models()["qwen3-30b-a3b"].moe_routing_spread.value > 0
+    uniform = ForwardModel(it.target.stack, it.rs.gpu, it.collectives,
+                           dataclasses.replace(it.target.eff, routing_spread=0.0), moe_grid=it.target._grid)
+    batch = ForwardShape(num_seqs=32, tokens=32, real_seqs=32, real_tokens=32, logit_tokens=32, graph=True)
+    one = ForwardShape(num_seqs=1, tokens=1, real_seqs=1, real_tokens=1, logit_tokens=1, graph=True)
+    assert it.target.cost(batch, 32_000, 32_000).compute_ms < 0.95 * uniform.cost(batch, 32_000, 32_000).compute_ms
+    assert it.target.cost(one, 1000, 1000).compute_ms == pytest.approx(uniform.cost(one, 1000, 1000).compute_ms,
+                                                                      rel=1e-3)
+
+
 def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(small, monkeypatch):
     """The target's figure says nothing about another model drafting for it."""
     models = presets.models()
