@@ -245,6 +245,11 @@ class ModelPreset(_Preset):
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers
 
+    def measured_routing(self) -> dict[str, RoutingLocality | RoutingSpread]:
+        """The routing figures this preset measures (or carries), by their defaults.yaml coefficient name."""
+        figures = {"moe_routing_locality": self.moe_routing_locality, "moe_routing_spread": self.moe_routing_spread}
+        return {name: figure for name, figure in figures.items() if figure is not None}
+
     @model_validator(mode="after")
     def _check(self) -> ModelPreset:
         if self.num_dense_layers > self.num_layers:
@@ -254,10 +259,9 @@ class ModelPreset(_Preset):
             raise ValueError("MoE layers need num_routed_experts, experts_per_token, moe_intermediate_size")
         if self.num_dense_layers and not self.dense_intermediate_size:
             raise ValueError("dense layers need dense_intermediate_size")
-        if self.moe_routing_locality is not None and not self.num_moe_layers:
-            raise ValueError("moe_routing_locality needs MoE layers")
-        if self.moe_routing_spread is not None and not self.num_moe_layers:
-            raise ValueError("moe_routing_spread needs MoE layers")
+        measured = self.measured_routing()
+        if measured and not self.num_moe_layers:
+            raise ValueError(f"{next(iter(measured))} needs MoE layers")
         return self
 
 

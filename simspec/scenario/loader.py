@@ -266,12 +266,8 @@ def _coefficients(profile: Profile | None, profile_path: str | None, file: str, 
     else the model preset (a figure measured for the model, or carried to it and labelled so), else defaults.yaml."""
     defaults = presets.default_coefficients()
     out = {k: Coefficient(v.value, f"default: {v.source}") for k, v in defaults.items()}
-    if model.moe_routing_locality is not None:
-        measured = model.moe_routing_locality
-        out["moe_routing_locality"] = Coefficient(measured.value, f"model {model_name}: {measured.source}")
-    if model.moe_routing_spread is not None:
-        measured_spread = model.moe_routing_spread
-        out["moe_routing_spread"] = Coefficient(measured_spread.value, f"model {model_name}: {measured_spread.source}")
+    for name, measured in model.measured_routing().items():
+        out[name] = Coefficient(measured.value, f"model {model_name}: {measured.source}")
     if profile is not None:
         for name, coef in profile.coefficients.items():
             if name not in defaults:

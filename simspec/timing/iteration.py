@@ -175,10 +175,11 @@ class IterationModel:
         if draft_model is None or not draft_model.num_moe_layers:
             return self.eff
         defaults = presets.default_coefficients()
-        locality, spread = draft_model.moe_routing_locality, draft_model.moe_routing_spread
-        return replace(self.eff,
-                       routing_locality=locality.value if locality else defaults["moe_routing_locality"].value,
-                       routing_spread=spread.value if spread else defaults["moe_routing_spread"].value)
+        measured = draft_model.measured_routing()
+        value = {name: measured[name].value if name in measured else defaults[name].value
+                 for name in ("moe_routing_locality", "moe_routing_spread")}
+        return replace(self.eff, routing_locality=value["moe_routing_locality"],
+                       routing_spread=value["moe_routing_spread"])
 
     def padded(self, bs: int) -> tuple[int, bool]:
         """Batch size the kernels run at, and whether a CUDA graph is replayed."""
