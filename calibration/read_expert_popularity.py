@@ -56,14 +56,16 @@ def squared_cv(values: list[float]) -> float:
     return statistics.pvariance(values, mean) / mean**2
 
 
-def pooled_spread(tables: list[dict[int, list[float]]]) -> tuple[float, dict[int, float]]:
-    """(median over layers, per layer) squared CV of the frequencies averaged over the tables with equal weight."""
+def pooled(tables: list[dict[int, list[float]]]) -> dict[int, list[float]]:
+    """Per layer the tables share, each expert's frequency averaged over the tables with equal weight."""
     layers = sorted(set.intersection(*(set(t) for t in tables)))
-    per_layer = {}
-    for layer in layers:
-        rows = [t[layer] for t in tables]
-        pooled = [statistics.fmean(col) for col in zip(*rows, strict=True)]
-        per_layer[layer] = squared_cv(pooled)
+    return {layer: [statistics.fmean(col) for col in zip(*(t[layer] for t in tables), strict=True)]
+            for layer in layers}
+
+
+def pooled_spread(tables: list[dict[int, list[float]]]) -> tuple[float, dict[int, float]]:
+    """(median over layers, per layer) squared CV of the frequencies pooled over the tables (pooled)."""
+    per_layer = {layer: squared_cv(freqs) for layer, freqs in pooled(tables).items()}
     return statistics.median(per_layer.values()), per_layer
 
 
@@ -110,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: median squared CV over {len(table)} layers {alone:.2f}")
         median, per_layer = pooled_spread(tables)
         shares = []
-        for layer in per_layer:
-            pooled = sorted((statistics.fmean(c) for c in zip(*(t[layer] for t in tables), strict=True)), reverse=True)
-            shares.append(sum(pooled[: round(len(pooled) * TOP_FRACTION)]) / sum(pooled))
+        for freqs in pooled(tables).values():
+            ranked = sorted(freqs, reverse=True)
+            shares.append(sum(ranked[: round(len(ranked) * TOP_FRACTION)]) / sum(ranked))
         check = spread_from_top_share(statistics.median(shares))
         print(f"pooled, equal weight: moe_routing_spread {median:.2f} (median over {len(per_layer)} layers; "
               f"the gamma law through the median top-eighth share {statistics.median(shares):.3f} gives {check:.2f})")
