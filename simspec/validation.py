@@ -112,6 +112,9 @@ class CaseResult:
     failure: str | None = None
     alternatives: tuple[float, ...] = ()  # the prediction under each of case.alternatives, in order
     also: tuple[AlsoResult, ...] = ()  # case.also_measured, predicted from the same run as the case's figure
+    # the case's figure predicted again under the next seeds (`simspec validate --seeds`): other draws of what the
+    # scenario leaves to chance (sampled lengths, arrivals, acceptance), everything else as the case reads it
+    reseeded: tuple[float, ...] = ()
 
     @property
     def within_bar(self) -> bool:
@@ -124,6 +127,16 @@ class CaseResult:
             return None
         m = self.case.measured.value
         errs = [self.error_pct, *(signed_error_pct(p, m) for p in self.alternatives)]
+        return min(errs), max(errs)
+
+    @property
+    def seed_range_pct(self) -> tuple[float, float] | None:
+        """Lowest and highest error over the case's own seed and the next ones; None unless reseeded. A miss inside
+        this span may be the draw, not the model: the run measured one draw too."""
+        if self.error_pct is None or not self.reseeded:
+            return None
+        m = self.case.measured.value
+        errs = [self.error_pct, *(signed_error_pct(p, m) for p in self.reseeded)]
         return min(errs), max(errs)
 
     @property
@@ -183,6 +196,14 @@ def predict_case(case: Case, file: Path, alternative: int | None = None) -> floa
     return _predict(case, file, alternative)[0]
 
 
+def reseeded_predictions(case: Case, file: Path, seeds: int) -> tuple[float, ...]:
+    """The case's measured metric predicted under the seeds after the case's own (seed + 1 .. seed + seeds - 1)."""
+    first = case.scenario.get("seed", 0)
+    first = first if isinstance(first, int) else 0  # a bad seed fails the case's own reading first
+    return tuple(_predict(case.model_copy(update={"scenario": {**case.scenario, "seed": first + k}}), file)[0]
+                 for k in range(1, seeds))
+
+
 def _predict(case: Case, file: Path, alternative: int | None = None) -> tuple[float, dict[str, Any]]:
     """(the case's measured metric as predicted, the whole prediction): run_cases reads the case's also_measured
     figures from the same prediction."""
@@ -219,8 +240,9 @@ def _also(case: Case, file: Path, result: dict[str, Any]) -> tuple[AlsoResult, .
     return tuple(out)
 
 
-def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
-    """Predict every case. A case whose scenario is invalid is reported as failed; the others still run."""
+def run_cases(files: list[Path], progress: Any = None, seeds: int = 1) -> list[CaseResult]:
+    """Predict every case. A case whose scenario is invalid is reported as failed; the others still run. With
+    seeds > 1 each case's figure is also predicted under its next seeds - 1 seeds (CaseResult.reseeded)."""
     results = []
     for f in files:
         case = load_case(f)
@@ -229,11 +251,12 @@ def run_cases(files: list[Path], progress: Any = None) -> list[CaseResult]:
             also = _also(case, f, result)
             # an alternative that does not predict is a broken case: reported as failed, like its main reading
             others = tuple(predict_case(case, f, i) for i in range(len(case.alternatives)))
+            reseeded = reseeded_predictions(case, f, seeds) if seeds > 1 else ()
         except InputError as err:
             results.append(CaseResult(case, str(f), None, None, failure=str(err)))
         else:
             results.append(CaseResult(case, str(f), predicted, signed_error_pct(predicted, case.measured.value),
-                                      alternatives=others, also=also))
+                                      alternatives=others, also=also, reseeded=reseeded))
         if progress is not None:
             progress()
     return results
@@ -281,6 +304,35 @@ def summary(results: list[CaseResult]) -> dict[str, Any]:
         "also_measured": also_summary(results),
         "verdicts": verdict_summary(results),
         "trends": trend_summary(results),
+        "seeds": seed_summary(results),
+    }
+
+
+def seed_summary(results: list[CaseResult], widest: int = 10) -> dict[str, Any] | None:
+    """How much of the non-fitted cases' error the draw can move (`simspec validate --seeds`; None without it): the
+    mean absolute error of each case's figure averaged over its seeds, the misses (outside the case bar) that some
+    seed brings within it, and the cases whose error spans the most points across seeds."""
+    runs = [r for r in results if r.reseeded and not r.case.fitted and r.predicted is not None]
+    if not runs:
+        return None
+    spans: dict[str, tuple[float, float]] = {}
+    for r in runs:
+        span = r.seed_range_pct
+        assert span is not None  # reseeded and predicted
+        spans[r.case.id] = span
+
+    def over_seeds(r: CaseResult) -> float:
+        return abs(signed_error_pct(statistics.fmean([r.predicted, *r.reseeded]), r.case.measured.value))
+
+    ranked = sorted(runs, key=lambda r: spans[r.case.id][0] - spans[r.case.id][1])  # widest first
+    return {
+        "seeds": 1 + len(runs[0].reseeded),
+        "mape_not_fitted_over_seeds_pct": statistics.fmean(over_seeds(r) for r in runs),
+        "misses_a_seed_brings_within_bar": sum(
+            not r.within_bar and spans[r.case.id][0] <= CASE_BAR_PCT and spans[r.case.id][1] >= -CASE_BAR_PCT
+            for r in runs),
+        "widest": [{"id": r.case.id, "error_pct": r.error_pct, "seed_range_pct": spans[r.case.id]}
+                   for r in ranked[:widest]],
     }
 
 
@@ -617,6 +669,7 @@ def as_rows(results: list[CaseResult]) -> list[dict[str, Any]]:
         "source": source_of(r.case), "missing_mechanism": r.case.missing_mechanism,
         "alternatives": alternatives(r), "error_range_pct": r.error_range_pct,
         "measured_in_range": r.measured_in_range, "failure": r.failure,
+        "reseeded": list(r.reseeded), "seed_range_pct": r.seed_range_pct,
         "also_measured": also(r), "verdict": verdict(r),
     } for r in results]
 

@@ -96,6 +96,47 @@ def test_errors_are_signed_and_fitted_cases_are_kept_apart(tmp_path):
     assert out["summary"]["mape_fitted_pct"] == pytest.approx(abs(rows["b"]["error_pct"]))
 
 
+def test_seeds_report_what_the_draw_moves_and_leave_the_gated_figures_alone(tmp_path):
+    """--seeds N predicts each case again under its next N - 1 seeds: a case whose lengths are drawn moves with the
+    draw, one that leaves nothing to chance does not, and the errors, means and gate stay those of the case's own
+    seed."""
+    drawn = dict(SMALL, workload={"arrival": {"type": "closed", "concurrency": 4}, "num_requests": 12,
+                                  "input_tokens": {"dist": "lognormal", "mean": 200.0, "std": 200.0},
+                                  "output_tokens": {"dist": "lognormal", "mean": 150.0, "std": 150.0, "max": 2000}})
+    _case(tmp_path, "drawn", scenario=drawn)
+    _case(tmp_path, "fixed")
+    plain = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path), "--json"]).output)
+    res = CliRunner().invoke(main, ["validate", str(tmp_path), "--json", "--seeds", "3"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    rows = {c["id"]: c for c in out["cases"]}
+    assert {c["id"]: c["error_pct"] for c in out["cases"]} == {c["id"]: c["error_pct"] for c in plain["cases"]}
+    assert out["summary"]["mape_not_fitted_pct"] == plain["summary"]["mape_not_fitted_pct"]
+    assert plain["summary"]["seeds"] is None and plain["cases"][0]["seed_range_pct"] is None
+    for row in rows.values():
+        assert len(row["reseeded"]) == 2
+        low, high = row["seed_range_pct"]
+        assert low <= row["error_pct"] <= high
+    # the same scenario under seeds 1 and 2, predicted on its own, is what --seeds reports
+    for seed, value in zip((1, 2), rows["drawn"]["reseeded"], strict=True):
+        (tmp_path / "alone").mkdir(exist_ok=True)
+        _case(tmp_path / "alone", "drawn", scenario=dict(drawn, seed=seed))
+        alone = json.loads(CliRunner().invoke(main, ["validate", str(tmp_path / "alone"), "--json"]).output)
+        assert alone["cases"][0]["predicted"] == pytest.approx(value)
+    assert len(set(rows["drawn"]["reseeded"]) | {rows["drawn"]["predicted"]}) > 1  # other lengths, other figure
+    assert set(rows["fixed"]["reseeded"]) == {rows["fixed"]["predicted"]}  # nothing left to chance
+    seeds = out["summary"]["seeds"]
+    assert seeds["seeds"] == 3
+    assert [w["id"] for w in seeds["widest"]] == ["drawn", "fixed"]
+    mean = sum([rows["drawn"]["predicted"], *rows["drawn"]["reseeded"]]) / 3
+    expected = (abs(mean - 100.0) + abs(rows["fixed"]["error_pct"])) / 2
+    assert seeds["mape_not_fitted_over_seeds_pct"] == pytest.approx(expected)
+    console = CliRunner().invoke(main, ["validate", str(tmp_path), "--seeds", "3"], env={"COLUMNS": "200"})
+    assert "3 seeds" in console.output and "over 3 seeds each" in console.output
+    bad = CliRunner().invoke(main, ["validate", str(tmp_path), "--seeds", "0"])
+    assert bad.exit_code == 2 and "--seeds" in bad.output
+
+
 def test_summary_breaks_the_error_down_by_source_worst_first(tmp_path):
     """Three non-fitted cases of one scenario: two from source A measured at the prediction and at half of it
     (0% and +100%), one from source B at 1.25 x the prediction (-20%); a fitted case of B is left out."""

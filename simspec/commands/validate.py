@@ -97,8 +97,13 @@ def _print_recorded(console, part: str, parts: dict[str, dict], regressed: dict[
               help="Also draw every case's error, grouped by source, to this image (.png, .svg or .pdf).")
 @click.option("--markdown", "as_markdown", is_flag=True,
               help="Print the means and the per-source table as Markdown (the README's current-figures block).")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Also predict every case under its next SEEDS - 1 seeds (other draws of its sampled lengths,"
+                   " arrivals and acceptance) and report each case's error range over them: a miss inside its range"
+                   " may be the draw. The means and the gates stay those of each case's own seed. SEEDS times as"
+                   " slow.")
 def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path: str | None,
-             as_markdown: bool) -> None:
+             as_markdown: bool, seeds: int) -> None:
     """Predict every case under DIR (default: validation/) and compare with what was measured.
 
     Prints measured, predicted and error per case, then the mean absolute percentage error over the cases
@@ -141,7 +146,7 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         v.check_baseline_cases(files, suite=not Path(directory).is_file())
         with Progress(transient=True, disable=as_json or as_markdown, console=Console(stderr=True)) as bar:
             task = bar.add_task("predicting cases", total=len(files))
-            results = v.run_cases(files, progress=lambda: bar.advance(task))
+            results = v.run_cases(files, progress=lambda: bar.advance(task), seeds=seeds)
         summary = v.summary(results)
         # kernel tables belong to the suite, not to one case: a single case file runs without them
         tables = kv.run_tables(kv.kernel_files(root)) if not Path(directory).is_file() else []
@@ -213,17 +218,22 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
         for col in ("measured", "predicted", "error"):
             t.add_column(col, justify="right", no_wrap=True)
         t.add_column("all readings", justify="right", no_wrap=True)
+        if seeds > 1:
+            t.add_column(f"{seeds} seeds", justify="right", no_wrap=True)
         t.add_column("fitted")
         for r in results:
+            by_seed = [] if seeds == 1 else [""]
             if r.failure is not None:
                 t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:g}",
-                          "[red]failed[/]", "", "", "yes" if r.case.fitted else "no")
+                          "[red]failed[/]", "", "", *by_seed, "yes" if r.case.fitted else "no")
                 continue
             colour = "green" if r.within_bar else "red"
             spread = r.error_range_pct
             readings = "" if spread is None else f"{spread[0]:+.0f}..{spread[1]:+.0f}%"
+            if (drawn := r.seed_range_pct) is not None:
+                by_seed = [f"{drawn[0]:+.0f}..{drawn[1]:+.0f}%"]
             t.add_row(escape(r.case.id), r.case.measured.metric, f"{r.case.measured.value:.4g}",
-                      f"{r.predicted:.4g}", f"[{colour}]{r.error_pct:+.1f}%[/]", readings,
+                      f"{r.predicted:.4g}", f"[{colour}]{r.error_pct:+.1f}%[/]", readings, *by_seed,
                       "yes" if r.case.fitted else "no")
         console.print(t)
         for r in results:
@@ -250,6 +260,13 @@ def validate(directory: str, as_json: bool, check: bool, record: bool, plot_path
                 f" inputs span: {summary['not_fitted_missed_within_alternatives']}; that no reading explains:"
                 f" {summary['not_fitted_missed_outside_alternatives']} (all readings: the error range over a"
                 " case's own reading and its `alternatives`)")
+        if (drawn := summary["seeds"]) is not None:
+            console.print(
+                f"over {drawn['seeds']} seeds each: mean absolute error of the cases' seed-averaged figures"
+                f" {v.pct(drawn['mape_not_fitted_over_seeds_pct'])}; misses that some seed brings within"
+                f" {v.CASE_BAR_PCT:g}%: {drawn['misses_a_seed_brings_within_bar']}; widest: "
+                + ", ".join(f"{escape(w['id'])} {w['seed_range_pct'][0]:+.0f}..{w['seed_range_pct'][1]:+.0f}%"
+                            for w in drawn["widest"][:3]), soft_wrap=True)
         console.print(f"mean absolute error, fitted cases ({summary['fitted']}): {v.pct(summary['mape_fitted_pct'])}"
                       " (says little: a profile was fitted to them)")
         _print_recorded(console, "cases", parts, regressed)
