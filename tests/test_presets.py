@@ -180,12 +180,20 @@ def test_the_popularity_reader_takes_each_datasets_first_summary_from_the_notebo
 
 def test_measured_popularity_spreads_sit_in_the_presets_with_their_sources():
     """The figures calibration/read_expert_popularity.py derives (the data stay in their authors' repositories):
-    DeepSeek-V3 0.55, Qwen3-30B-A3B 0.83 and its sibling labelled as not measured; unmeasured models keep uniform."""
+    DeepSeek-V3 0.55, Qwen3-30B-A3B 0.83. A model routed by the same design as a measured one carries its figure,
+    labelled as not measured: Qwen3-235B-A22B Qwen3-30B-A3B's; the Kimis and GLM-4.7-Flash (sigmoid scores,
+    bias-balanced top-k, a shared expert) DeepSeek-V3's. Dense models have none."""
     models = presets.models()
     assert models["deepseek-v3"].moe_routing_spread.value == pytest.approx(0.55)
     assert models["qwen3-30b-a3b"].moe_routing_spread.value == pytest.approx(0.83)
-    assert models["qwen3-235b-a22b"].moe_routing_spread.source.startswith("NOT MEASURED FOR THIS MODEL")
-    assert models["glm-4.7-flash"].moe_routing_spread is None and models["kimi-k2"].moe_routing_spread is None
+    carried = {"qwen3-235b-a22b": "qwen3-30b-a3b", "qwen3-235b-a22b-fp8": "qwen3-30b-a3b",
+               "kimi-k2": "deepseek-v3", "kimi-k2.5": "deepseek-v3", "glm-4.7-flash": "deepseek-v3"}
+    for name, measured in carried.items():
+        spread = models[name].moe_routing_spread
+        assert spread.source.startswith("NOT MEASURED FOR THIS MODEL"), name
+        assert spread.value == models[measured].moe_routing_spread.value, name
+    moe = {n for n, m in models.items() if m.num_routed_experts}
+    assert all(models[n].moe_routing_spread is not None for n in moe)
     with pytest.raises(ValueError, match="needs MoE layers"):
         presets.ModelPreset(**{**models["llama-3.1-8b"].model_dump(),
                                "moe_routing_spread": {"value": 0.5, "source": "test"}})
