@@ -753,7 +753,8 @@ def test_a_standalone_draft_model_routes_by_its_own_locality_not_the_targets(sma
 
 def test_qwen3_235b_carries_its_siblings_locality_and_says_it_was_not_measured():
     """Same routing design as Qwen3-30B-A3B (128 experts, top 8, no shared expert, MoE on every layer): the
-    sibling's figure, labelled as such; MoE models with a shared expert keep uniform routing."""
+    sibling's figure, labelled as such. Locality is not carried beyond a sibling: GLM-4.7-Flash has its own measured
+    figure, DeepSeek-V3 and the Kimis (a shared expert, none measured) keep uniform routing."""
     models = presets.models()
     sibling = models["qwen3-30b-a3b"]
     for name in ("qwen3-235b-a22b", "qwen3-235b-a22b-fp8"):
@@ -764,6 +765,8 @@ def test_qwen3_235b_carries_its_siblings_locality_and_says_it_was_not_measured()
         assert m.moe_routing_locality.source.startswith("NOT MEASURED FOR THIS MODEL")
     for name in ("deepseek-v3", "kimi-k2", "kimi-k2.5"):
         assert models[name].num_shared_experts > 0 and models[name].moe_routing_locality is None
+    glm = models["glm-4.7-flash"].moe_routing_locality
+    assert glm.value == pytest.approx(0.257) and not glm.source.startswith("NOT MEASURED")
 
 
 def test_a_carried_locality_keeps_its_label_where_the_user_sees_its_source(small):
