@@ -58,7 +58,7 @@ def test_locality_and_popularity_together_give_the_expert_union_a_router_counted
     the model builds from the first two must land on the third: here 20.0."""
     union = distinct_experts(128, 8, 1, 4, 0.381, 11.8 / 6.25 - 1)
     assert union == pytest.approx(20.36, rel=0.05)
-    # without the measured locality and popularity the same verify would load a third more
+    # without the measured locality and popularity the same verify would load over two fifths more
     assert distinct_experts(128, 8, 1, 4, 0.0) > 1.4 * union
 
 
