@@ -376,7 +376,8 @@ def predict_table(table: KernelTable, file: str = "", eff: Efficiencies | None =
     # have to say which config tiles its benchmark ran
     # the tile the table's source printed, at every size
     grid = (MoeGrid(table.grid.rows == "tight", shape.experts, shape.weights, table.grid.tile_entries(),
-                    down_tiles=tuple(table.grid.down_tiles or ())) if table.grid is not None else None)
+                    down_tiles=tuple(table.grid.down_tiles or ()), heuristic=table.config == "default")
+            if table.grid is not None else None)
     model = ForwardModel(stack, gpus()[table.gpu], None, eff or default_efficiencies(),  # type: ignore[arg-type]
                          moe_grid=grid)
     boundaries, small = part_kernels("moe", shape.weights)

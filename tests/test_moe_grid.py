@@ -88,6 +88,22 @@ def test_a_one_token_decode_pays_every_empty_program_of_every_moe_layer_before_0
     assert _decode_step_s((5, 8), us) == pytest.approx(_decode_step_s((5, 8), 0.0))
 
 
+def test_a_shape_without_a_tuned_file_runs_the_default_heuristic_and_its_wide_tile_past_e_tokens():
+    # GLM-4.7-Flash's experts on an H100 PCIe: no file for the shape in any release read; Qwen3-30B-A3B's on an H200
+    # have one
+    glm = presets.models()["glm-4.7-flash"]
+    grid = moe_grid("h100-pcie", glm, target_stack(glm, tp=1), (5, 10, 1))
+    assert grid is not None and grid.heuristic and not grid.tiles
+    assert not grid.runs_default_wide_tile(grid.experts) and grid.runs_default_wide_tile(grid.experts + 1)
+    qwen = presets.models()["qwen3-30b-a3b"]
+    tuned = moe_grid("h200-sxm", qwen, target_stack(qwen, tp=1), (5, 8, 0))
+    assert tuned is not None and tuned.tiles and not tuned.heuristic
+    assert not any(tuned.runs_default_wide_tile(t) for t in (1, 64, 512, 4096))
+    # FP8 experts never run the wide BF16 tile: the heuristic gives them 64 x 128 and 128 x 256
+    fp8 = MoeGrid(tight=True, experts=128, weights="fp8", heuristic=True)
+    assert not fp8.runs_default_wide_tile(64) and not fp8.runs_default_wide_tile(4096)
+
+
 def test_dense_models_have_no_grid():
     model = presets.models()["llama-3.1-8b"]
     assert moe_grid("h200-sxm", model, target_stack(model, tp=1), (4, 6)) is None

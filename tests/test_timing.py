@@ -288,6 +288,49 @@ def test_each_touched_expert_runs_a_whole_fused_moe_block():
     assert fm._weights(one)[0] == pytest.approx(dense + experts + between)
 
 
+def test_a_grids_row_blocks_run_whole_and_the_default_wide_tile_at_its_gpus_rate():
+    """With the release's tile known, the tensor cores run every row block a touched expert fills, whole: 256 tokens
+    over 128 experts (top 8) give ~16 rows an expert, one 64-row block each under the default heuristic's wide tile,
+    8,192 rows of work for 2,048 pairs. Where the GPU has a rate for that tile (moe_default_tile_tflops) the GEMMs run
+    at it, capped by the dense rate; a tuned config's tile of the same size, or calls up to E tokens (16-row tiles),
+    keep the dense rate."""
+    from simspec.timing.forward import MoeGrid
+
+    s = target_stack(presets.models()["qwen3-30b-a3b"], tp=1)
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1, 1.0)], source="test")
+    gpu = presets.gpus()["h20"].model_copy(update={"bf16_tflops": 10.0, "moe_default_tile_tflops": 4.0})
+    default = MoeGrid(tight=True, experts=128, weights="bf16", heuristic=True)
+    tuned = MoeGrid(tight=True, experts=128, weights="bf16", tiles=((1, 64, 64),))
+
+    def moe(grid, tokens):
+        fm = ForwardModel(s, gpu, Collectives(curve, 1, "nvlink"), IDEAL, moe_grid=grid)
+        shape = ForwardShape(num_seqs=tokens, tokens=tokens, real_seqs=tokens, real_tokens=tokens,
+                             logit_tokens=tokens, graph=True)
+        return fm._moe(shape)[0], fm.moe_kernels(shape), fm._touched_experts(shape)
+
+    per_row = s.expert_flops_per_token / s.experts_per_token  # one (token, expert) row through all MoE layers
+    for grid in (default, tuned):
+        _, kernels, touched = moe(grid, 256)
+        assert touched == pytest.approx(128, abs=0.5)
+        assert sum(f for _, _, f in kernels) == pytest.approx(per_row * touched * 64)  # not 2,048 rows, nor 16 each
+    assert default.runs_default_wide_tile(256) and not tuned.runs_default_wide_tile(256)
+    assert not default.runs_default_wide_tile(128)  # up to E tokens the heuristic takes 16 x 32 tiles
+
+    def by_hand(kernels, rate):
+        return sum(max(b / 4e12, f / rate) if f else b / 4e12 for _, b, f in kernels)
+
+    t, kernels, _ = moe(default, 256)
+    assert t == pytest.approx(by_hand(kernels, 4e12))
+    t, kernels, _ = moe(tuned, 256)
+    assert t == pytest.approx(by_hand(kernels, 10e12))
+    t, kernels, _ = moe(default, 128)
+    assert t == pytest.approx(by_hand(kernels, 10e12))
+    capped = gpu.model_copy(update={"moe_default_tile_tflops": 40.0})  # a rate above the dense one does not apply
+    fm = ForwardModel(s, capped, Collectives(curve, 1, "nvlink"), IDEAL, moe_grid=default)
+    shape = ForwardShape(num_seqs=256, tokens=256, real_seqs=256, real_tokens=256, logit_tokens=256, graph=True)
+    assert fm._moe(shape)[0] == pytest.approx(by_hand(fm.moe_kernels(shape), 10e12))
+
+
 def _moe_by_hand(t: int, touched: float, layers: int, h: int, w: int, k: int, weight_b: float, in_b: float):
     """(kernel, bytes, FLOPs) of Triton's fused MoE over t tokens, written out from the kernels' reads and writes."""
     pairs = t * k

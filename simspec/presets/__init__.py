@@ -59,6 +59,10 @@ class GpuPreset(_Preset):
     moe_small_tile_tflops: float | None = Field(
         default=None, gt=0, description="measured rate of Triton fused-MoE FP8 tiles narrower than mma_rows that"
         " run without swap-AB (warp-level MMA); None where not measured: such tiles then run at the dense peak")
+    moe_default_tile_tflops: float | None = Field(
+        default=None, gt=0, description="rate of the Triton fused MoE's default wide tile (64 x 64, BLOCK_SIZE_K 32,"
+        " Triton's own warps and stages), which SGLang runs for BF16 experts over more tokens than experts where no"
+        " tuned config exists; None where neither measured nor derived: such calls run at the dense rate")
     sustained_tensor_fraction: SustainedTensorFraction | None = Field(
         default=None, description="where measured: the part of its datasheet dense peak the card sustains under its"
         " power cap, per compute type (None: the datasheet's peak)")

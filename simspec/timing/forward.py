@@ -123,6 +123,10 @@ def moe_small_tiles(gpu: GpuPreset, stack: Stack, grid: MoeGrid | None,
     return SmallTiles(gpu.moe_small_tile_tflops, max_tokens) if max_tokens else None
 
 
+# get_default_config's tile for BF16 calls over more tokens than experts (BLOCK_SIZE_M, BLOCK_SIZE_N)
+DEFAULT_WIDE_TILE = (64, 64)
+
+
 def default_moe_tile(tokens: int, experts: int, weights: str) -> tuple[int, int]:
     """(BLOCK_SIZE_M, BLOCK_SIZE_N) of SGLang's Triton fused MoE without a tuned config for the shape and GPU
     (fused_moe_triton get_default_config, the same in 0.4.6.post1 and 0.5.8): 16 x 32 for BF16 calls of at most E
@@ -131,7 +135,7 @@ def default_moe_tile(tokens: int, experts: int, weights: str) -> tuple[int, int]
         return 64, 128
     if weights == "fp8":
         return (64, 128) if tokens <= experts else (128, 256)
-    return (16, 32) if tokens <= experts else (64, 64)
+    return (16, 32) if tokens <= experts else DEFAULT_WIDE_TILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,9 @@ class MoeGrid:
     tiles: tuple[tuple[int, int, int], ...] = ()
     plus_one: bool = False  # the worst-case buffer pads E + 1 experts (0.4.10-0.5.6), not E (0.4.x)
     down_tiles: tuple[tuple[int, int, int], ...] = ()  # the w2 GEMM's own config file's entries, where it has one
+    # the tiles are get_default_config's (no tuned file for the shape and GPU), whether read from `tiles` (a kernel
+    # table's benchmark) or from default_moe_tile (a release without a file): what runs_default_wide_tile reads
+    heuristic: bool = False
 
     @staticmethod
     def _nearest(entries: tuple[tuple[int, int, int], ...], tokens: int) -> tuple[int, int, int]:
@@ -158,6 +165,17 @@ class MoeGrid:
             return default_moe_tile(tokens, self.experts, self.weights)
         _, bm, bn = self._nearest(self.tiles, tokens)
         return bm, bn
+
+    def block_rows(self, tokens: int) -> int:
+        """BLOCK_SIZE_M of a call over `tokens` tokens: every row block of a touched expert runs whole on the
+        tensor cores, however few of its rows the routing filled."""
+        return self.tile(tokens)[0]
+
+    def runs_default_wide_tile(self, tokens: int) -> bool:
+        """Whether a call over `tokens` tokens runs get_default_config's wide tile: 64 x 64 rows and columns with
+        BLOCK_SIZE_K 32, GROUP_SIZE_M 8 and Triton's own warps and stages (SGLang's BF16 experts over more tokens than
+        experts; vLLM's per-tensor FP8 too before its PR #34846). Its rate is the GPU's moe_default_tile_tflops."""
+        return self.heuristic and self.tile(tokens) == DEFAULT_WIDE_TILE
 
     def down_block_n(self, tokens: int) -> int:
         """BLOCK_SIZE_N of the w2 GEMM: its own file's entry where there is one (its BLOCK_SIZE_M is w13's: SGLang
@@ -180,7 +198,7 @@ class MoeGrid:
         return ALL_CALLS
 
     @staticmethod
-    def _filled_rows(block_m: int, pairs: int, touched: float) -> float:
+    def filled_rows(block_m: int, pairs: int, touched: float) -> float:
         """Row blocks the routing fills: a touched expert fills at least one block, and its pairs past a block more
         (about half a block of slack each): an expected count, not a draw."""
         return max(touched, pairs / block_m + touched / 2) if touched else 0.0
@@ -190,7 +208,7 @@ class MoeGrid:
         whose row block the routing left empty."""
         block_m, block_n = self.tile(tokens)
         rows = releases.fused_moe_padded_rows(self.tight, pairs, self.experts, block_m, self.plus_one)
-        empty_rows = max(rows - self._filled_rows(block_m, pairs, touched), 0.0)
+        empty_rows = max(rows - self.filled_rows(block_m, pairs, touched), 0.0)
         columns = math.ceil(2 * width / block_n) + math.ceil(hidden / self.down_block_n(tokens))
         return empty_rows * columns
 
@@ -198,7 +216,7 @@ class MoeGrid:
         """Programs of one MoE layer's w13 (2 x width columns) and w2 (hidden columns) GEMMs whose row block holds
         tokens: each streams its expert's K x BLOCK_SIZE_N slice of weights (moe_program_gbps)."""
         block_m, block_n = self.tile(tokens)
-        filled = self._filled_rows(block_m, pairs, touched)
+        filled = self.filled_rows(block_m, pairs, touched)
         return {"w13": filled * math.ceil(2 * width / block_n),
                 "w2": filled * math.ceil(hidden / self.down_block_n(tokens))}
 
@@ -228,7 +246,7 @@ def moe_grid(gpu_name: str, model: ModelPreset, stack: Stack, release: tuple[int
     if file and file.since is not None and release < releases.release_key(file.since):
         tiles = down = ()  # this release predates the file: the default tile
     return MoeGrid(releases.tight_moe_align(version), experts, weights, tiles,
-                   releases.moe_align_pads_experts_plus_one(version), down)
+                   releases.moe_align_pads_experts_plus_one(version), down, heuristic=not tiles)
 
 
 def distinct_experts(num_experts: int, k: int, seqs: int, tokens: int, locality: float,
@@ -279,6 +297,8 @@ class ForwardModel:
         # fused-MoE tiles of 16 rows on warp-level MMA: a measured, achieved rate, so no compute efficiency on top
         self._small_tiles = moe_small_tiles
         self._grid = moe_grid
+        # the default heuristic's wide tile: a measured, achieved rate where the GPU has one (gpus.yaml)
+        self._default_tile_flops = (gpu.moe_default_tile_tflops * 1e12 if gpu.moe_default_tile_tflops else None)
         # intermediate columns of one routed expert on this GPU (N of the fused-MoE config file)
         self._expert_width = (stack.expert_flops_per_token / (6 * stack.hidden_size * stack.experts_per_token
                                                               * stack.num_moe_layers) if stack.num_moe_layers else 0.0)
@@ -349,8 +369,14 @@ class ForwardModel:
         width = self._expert_width
         weights = n * st.expert_bytes_per_gpu * layers
         pairs = self._pairs(shape)
-        # each touched expert runs at least one block of rows, however few tokens it got
-        flops = st.expert_flops_per_token * max(pairs, n * MOE_BLOCK_ROWS) / k
+        # the tensor cores run every row block a touched expert fills whole, however few of its rows hold tokens:
+        # the grid's BLOCK_SIZE_M where the release's tile is known, else one 16-row block an expert at least
+        if self._grid is not None:
+            block_m = self._grid.block_rows(shape.tokens)
+            rows = MoeGrid.filled_rows(block_m, pairs, n) * block_m
+        else:
+            rows = n * MOE_BLOCK_ROWS
+        flops = st.expert_flops_per_token * max(pairs, rows) / k
         a = ACTIVATION_BYTES * layers  # per element, all layers
         a_in = (1 if st.expert_compute == "fp8" else ACTIVATION_BYTES) * layers  # a GEMM's input rows
         return [
@@ -383,6 +409,9 @@ class ForwardModel:
         rate = self._peak[self.stack.expert_compute] * self.eff.compute
         if tiles is not None and shape.tokens <= tiles.max_tokens:
             rate = tiles.tflops * 1e12  # achieved: no compute efficiency (the kernels without FLOPs are unchanged)
+        if (self._default_tile_flops is not None and self._grid is not None
+                and self._grid.runs_default_wide_tile(shape.tokens)):
+            rate = min(rate, self._default_tile_flops)  # achieved, like the small tiles'; never above the dense rate
         programs = self.working_programs(shape)
         compute = 0.0
         for name, b, f in kernels:
