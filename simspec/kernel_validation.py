@@ -147,8 +147,9 @@ class FusedMoeTable(_Table):
     shape: MoeShape
     routing_timed: StrictBool = Field(description="the top-k over the gating output runs inside the timed calls")
     config: Literal["default", "tuned"] = Field(description="the script's default tile heuristic, or a tuned config "
-                                                            "file for this shape and GPU (informational: the tile the "
-                                                            "model charges is `grid`'s)")
+                                                            "file for this shape and GPU (the tile the model charges "
+                                                            "is `grid`'s; with `default`, a 64 x 64 tile of it runs at "
+                                                            "the GPU's moe_default_tile_tflops)")
     grid: KernelGrid | None = Field(default=None, description="the kernel's grid, where the source shows it; none: "
                                                             "the programs that exit at once are not charged (vLLM's "
                                                             "kernel clamps its grid under BLOCK_SIZE_M tokens)")
