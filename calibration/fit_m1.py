@@ -16,9 +16,13 @@ scenarios/eagle3.yaml and ngram_tree.yaml carry those values, marked as inferred
 
 What is fitted: the all-reduce time at the two message sizes those steps send (1 x 7168 x 2 B for a decode
 token, 4 x 7168 x 2 B for the EAGLE-3 (3, 1, 4) verify), so that the time model reproduces 12.2 ms and
-30 ms. Everything else (bandwidth and compute efficiency, overheads, CPU time, uniform expert routing)
-keeps its documented default. The ~25 ms NCCL figure is not fitted: it is printed as a check, since a
-profiler's NCCL kernel time also holds the wait for the slowest rank.
+30 ms. Past the larger size the curve goes on as NCCL's protocol choice says (timing/collectives.py): LL at its
+own bandwidth term up to NCCL's switch to Simple (~1.5 MB), then Simple at the bus bandwidth measured on another
+8 x RTX PRO 6000 box; the logits' all-gather (half of 1 x 163,840 x 2 B, past both points) follows that
+continuation, so the points are solved again in turn until neither moves (calibration/fit.py). Everything else
+(bandwidth and compute efficiency, overheads, CPU time, uniform expert routing) keeps its documented default. The
+~25 ms NCCL figure is not fitted: it is printed as a check, since a profiler's NCCL kernel time also holds the
+wait for the slowest rank.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def fit() -> tuple[dict, dict]:
     curve = fit_all_reduce(
         anchors, measured_gpus=8, bus_bandwidth_gbps=LARGE_MESSAGE_BUSBW_GBPS,
         source=("fitted by calibration/fit_m1.py to M1's 82 tok/s baseline and ~30 ms EAGLE-3 verify step;"
-                " large-message slope from the 37.6-41.7 GB/s busbw measured on another 8 x RTX PRO 6000 box"),
+                " past them LL at half, then past NCCL's switch to Simple the whole of the 37.6-41.7 GB/s"
+                " busbw measured on another 8 x RTX PRO 6000 box"),
     )
     step = iteration_cost(anchors[1], curve)
     check = {

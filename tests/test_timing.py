@@ -442,14 +442,51 @@ def test_fp8_experts_read_their_gemm_inputs_in_fp8():
 
 
 def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():
+    """Past its last point a measured curve goes on in the protocol NCCL runs there: measured in LL only (NCCL's own
+    model keeps LL on 8 PCIe GPUs up to (88.2 - 20.6) us / the difference of LL's and Simple's costs per byte,
+    ~1.5 MB at 40 GB/s), at LL's bus bandwidth term (half the bus bandwidth), whatever its last segment's slope;
+    past that switch, at Simple's latency and the full bus bandwidth."""
     curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(1024, 10.0), (5120, 30.0)], bus_bandwidth_gbps=40.0,
                             source="test")
     c = Collectives(curve, 8, "pcie")
     assert c.all_reduce_us(100) == 10.0  # flat below the first point
     assert c.all_reduce_us(3072) == pytest.approx(20.0)  # linear between points
-    extra = 1_000_000 - 5120
-    assert c.all_reduce_us(1_000_000) == pytest.approx(30.0 + extra * 2 * 7 / 8 / 40e9 * 1e6)
     assert c.all_gather_us(2048) == c.all_reduce_us(1024)
+    simple_per_byte = 2 * 7 / 8 / 40e9 * 1e6
+    switch = (8.4 + 14 * 5.7 - (6.6 + 14 * 1.0)) / simple_per_byte  # LL's cost per byte is twice Simple's
+    assert switch == pytest.approx(1.545e6, rel=1e-3)
+    assert c.all_reduce_us(20_000) == pytest.approx(30.0 + (20_000 - 5120) * 2 * simple_per_byte)
+    assert c.all_reduce_us(1_500_000) == pytest.approx(30.0 + (1_500_000 - 5120) * 2 * simple_per_byte)
+    assert c.all_reduce_us(2_000_000) == pytest.approx(8.4 + 14 * 5.7 + 2_000_000 * simple_per_byte)
+    # a curve measured past the switch, in Simple, grows at the full bus bandwidth from its last point
+    long = Collectives(CollectiveCurve(measured_gpus=8, points_bytes_us=[(1024, 24.0), (4_194_304, 200.0)],
+                                       bus_bandwidth_gbps=40.0, source="test"), 8, "pcie")
+    assert long.all_reduce_us(2**26) == pytest.approx(200.0 + (2**26 - 4_194_304) * simple_per_byte)
+    # over NVLink NCCL also runs LL128, which takes over from LL sooner
+    nv = Collectives(CollectiveCurve(measured_gpus=8, points_bytes_us=[(1024, 15.0)], bus_bandwidth_gbps=365.0,
+                                     source="test"), 8, "nvlink")
+    ll128 = 14.0 + 14 * 1.9 + 2**24 * 2 * 7 / 8 / (0.92 * 365e9) * 1e6
+    assert nv.all_reduce_us(2**24) == pytest.approx(ll128)
+
+
+def test_a_curve_measured_at_small_messages_goes_on_at_ncclsll_rate_as_a_measured_box_does():
+    """One dual-socket box of 8 RTX PRO 6000 (validation/kernels/rtx6kpro-nccl-allreduce-turin-8-to-4-gpus: nccl-tests
+    bus bandwidth 4.96 GB/s at 64 KB, 9.36 at 256 KB, 13.06 at 512 KB, 16.47 at 1 MB, 19.10 at 2 MB; 40.39 at
+    16 MB). Given its 64 KB point alone and the large-message bus bandwidth, the curve's continuation at LL's cost
+    per byte lands within 20% of the measured 256 KB-2 MB times (-18, -9, -1, -7%), where growing at the full bus
+    bandwidth from the last point missed them by 35-42%."""
+    def time_us(nbytes: int, busbw: float) -> float:
+        return nbytes / (busbw * 1e9) * 2 * 7 / 8 * 1e6
+
+    measured = {262144: 9.36, 524288: 13.06, 1048576: 16.47, 2097152: 19.10}
+    curve = CollectiveCurve(measured_gpus=8, points_bytes_us=[(65536, time_us(65536, 4.96))],
+                            bus_bandwidth_gbps=40.39, source="test")
+    c = Collectives(curve, 8, "pcie")
+    for nbytes, busbw in measured.items():
+        truth = time_us(nbytes, busbw)
+        assert c.all_reduce_us(nbytes) == pytest.approx(truth, rel=0.2)
+        simple_tail = time_us(65536, 4.96) + (nbytes - 65536) * 2 * 7 / 8 / 40.39e9 * 1e6
+        assert simple_tail < 0.66 * truth
 
 
 def test_all_reduce_latency_moves_with_gpu_count_by_ncclring_model():

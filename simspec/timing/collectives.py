@@ -1,7 +1,15 @@
 """Tensor-parallel collective cost: message size -> microseconds, from a measured curve per box.
 
-Between measured points the time is linear; below the first point it is flat (latency-bound); above the
-last point it grows by the ring bandwidth term 2(p-1)/p * n / busbw (nccl-tests' bus-bandwidth definition).
+Between measured points the time is linear; below the first point it is flat (latency-bound). Above the last
+point the curve goes on in the protocol NCCL runs there, since NCCL picks its protocol by its own tuning model,
+not by timing the box: a curve measured only where that model still picks LL (on 8 PCIe GPUs up to ~1.5 MB at
+40 GB/s: where LL's latency 6.6 + 2(p-1) hwLat and half the bus bandwidth cost more than Simple's latency and
+the full one) grows at LL's bandwidth term 2(p-1)/p * n / (busbw / 2) up to that switch, and past it at Simple's
+latency plus 2(p-1)/p * n / busbw (nccl-tests' bus-bandwidth definition); a curve measured past the switch
+grows at that bandwidth term from its last point. A curve with no bus bandwidth goes on along its last segment.
+(One dual-socket box of 8 RTX PRO 6000, given its 64 KB point alone, comes out within 20% of its measured
+256 KB-2 MB times this way, where the bandwidth term from the last point missed them by 35-42%:
+tests/test_timing.py.)
 A curve measured on p_ref GPUs is moved to p GPUs in two parts: its small-message time (the first point) by
 NCCL's own ring-latency model, baseLat + 2(p-1) hwLat with the LL protocol's baseLat 6.6 us and hwLat
 0.6 us (NVLink) or 1.0 us (PCIe), and what larger messages add on top by the ring's bandwidth factor
@@ -63,6 +71,7 @@ class Collectives:
         self._times = [base * latency_scale + (float(t) - base) * bandwidth_scale for _, t in curve.points_bytes_us]
         # NCCL's other ring protocols, as (latency us, us per byte), for a curve derived from its tuning model
         self._protocols: list[tuple[float, float]] = []
+        self._ll_until, self._past_ll = float("inf"), []
         ring = curve.nccl_ring
         if ring is not None and curve.bus_bandwidth_gbps and tp > 1:
             busbw = curve.bus_bandwidth_gbps
@@ -73,8 +82,28 @@ class Collectives:
             if ring.ll128:
                 self._protocols.append((ring_latency_us(tp, link, "LL128"),
                                         ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
+        elif curve.bus_bandwidth_gbps and tp > 1:
+            busbw = curve.bus_bandwidth_gbps
+            ll_latency, ll_rate = ring_latency_us(tp, link, "LL"), ring_us_per_byte(tp, NCCL_LL_BANDWIDTH_SHARE * busbw)
+            others = [(ring_latency_us(tp, link, "Simple"), ring_us_per_byte(tp, busbw))]
+            if link == "nvlink":
+                others.append((ring_latency_us(tp, link, "LL128"),
+                               ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
+            # NCCL picks a protocol by its own model, not by timing the box: it keeps LL up to the size where
+            # the model prices another protocol cheaper, however slow LL really is on the box
+            switch = min((lat - ll_latency) / (ll_rate - rate) for lat, rate in others if rate < ll_rate)
+            if self._sizes[-1] < switch:
+                # measured in LL only: past the last point LL goes on at its own bus bandwidth term (half the
+                # link's), not at the last segment's slope, which on a small-message curve still holds latency
+                # effects or, on a curve fitted to step times, what else those steps cost (validation/HISTORY.md
+                # round 29); past NCCL's switch, the other protocols at their latencies and bus bandwidths (a box
+                # whose measured LL runs above NCCL's model drops there: M1's profile by ~80 us at ~1.5 MB)
+                self._tail_us_per_byte = ll_rate
+                self._ll_until, self._past_ll = switch, others
+            else:  # measured past the switch: the full bus bandwidth from the last point
+                self._tail_us_per_byte = ring_us_per_byte(tp, busbw)
         elif curve.bus_bandwidth_gbps:
-            self._tail_us_per_byte = ring_us_per_byte(tp, curve.bus_bandwidth_gbps) if tp > 1 else 0.0
+            self._tail_us_per_byte = 0.0
         elif len(self._sizes) > 1:
             self._tail_us_per_byte = (self._times[-1] - self._times[-2]) / (self._sizes[-1] - self._sizes[-2])
         else:
@@ -87,7 +116,8 @@ class Collectives:
     def _all_reduce_us(self, nbytes: float) -> float:
         if self.tp == 1 or nbytes <= 0:
             return 0.0
-        own = self._curve_us(nbytes)
+        own = (self._curve_us(nbytes) if nbytes < self._ll_until
+               else min(latency_us + nbytes * us_per_byte for latency_us, us_per_byte in self._past_ll))
         for latency_us, us_per_byte in self._protocols:
             own = min(own, latency_us + nbytes * us_per_byte)
         return min(own, self._fallback.all_reduce_us(nbytes)) if self._fallback is not None else own
