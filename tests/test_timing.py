@@ -655,6 +655,24 @@ def test_v1_speculative_host_work_grows_with_requests_and_verified_tokens(small)
     assert eight - chain == pytest.approx(8 * 12 * per_token_ms + tree_ms)
 
 
+def test_tp_ranks_pay_the_schedulers_request_broadcast_each_loop_turn(small):
+    """At TP > 1 SGLang's scheduler broadcasts what it received to the other ranks over gloo every loop turn
+    (tp_request_broadcast_us, with the scheduler's own host work): a v1 speculative iteration, which overlap does
+    not cover, pays it on top of what the same iteration's host does at TP 1; at TP 1 there is nothing to send."""
+    spec = {"algorithm": "eagle3", "drafter": "eagle3-llama-3.1-8b", "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    one = _resolved(small, **spec)
+    two_gpus = dict(small, hardware={**small["hardware"], "num_gpus": 2}, server={"tp": 2})
+    two = _resolved(two_gpus, **spec)
+    assert not one.overlap and not two.overlap
+    broadcast_ms = two.coefficient("tp_request_broadcast_us") / 1e3
+    assert broadcast_ms == pytest.approx(0.15)
+    m1, m2 = IterationModel(one), IterationModel(two)
+    launches = [sum(f.launch_host_ms for f in m.plan(1)) for m in (m1, m2)]
+    host_one = m1.decode(1, 500).cpu_ms - launches[0]
+    host_two = m2.decode(1, 500).cpu_ms - launches[1]
+    assert host_two - host_one == pytest.approx(broadcast_ms)
+
+
 def test_overlap_hides_cpu_behind_the_gpu(small):
     rs = _resolved(small)
     assert rs.overlap

@@ -26,6 +26,7 @@ OTHER_COEFFICIENT_BOUNDS: dict[str, tuple[float, float, str]] = {
     "layer_overhead_eager_us": (0.0, 100_000.0, "eager dispatch costs 60 us to ~1.9 ms per layer in the profiles"),
     "graph_launch_us": (0.0, 100_000.0, "a CUDA graph's launch takes a few us of host time besides its nodes"),
     "graph_launch_per_node_us": (0.0, 1000.0, "a branched CUDA graph's launch costs the host ~1 us a node"),
+    "tp_request_broadcast_us": (0.0, 100_000.0, "a gloo broadcast of a small object takes ~150 us"),
     "spec_cpu_per_verified_token_us": (0.0, 10_000.0, "host work per verified token is ~10 us (defaults.yaml)"),
     "ngram_cpu_per_request_us": (0.0, 100_000.0, "an n-gram trie lookup per request takes tens of us"),
     "host_per_output_token_us": (0.0, 100_000.0, "host time per output token is 0.2-0.9 ms in the profiles"),

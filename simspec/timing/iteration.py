@@ -154,7 +154,8 @@ class IterationModel:
         self._graph_launch_ms = c("graph_launch_us") / 1e3
         self._graph_node_ms = c("graph_launch_per_node_us") / 1e3
         self._graph_gpu_ms = c("graph_replay_gpu_us") / 1e3
-        self._sched_ms = c("scheduler_cpu_ms")
+        # at TP > 1 every scheduler loop turn also broadcasts what it received to the other ranks (gloo)
+        self._sched_ms = c("scheduler_cpu_ms") + (c("tp_request_broadcast_us") / 1e3 if tp > 1 else 0.0)
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
         self._spec_tree_cpu_ms = c("spec_tree_cpu_ms") if rs.topk > 1 else 0.0
