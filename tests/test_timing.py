@@ -469,7 +469,7 @@ def test_all_reduce_curve_interpolates_and_extends_with_bus_bandwidth():
     assert nv.all_reduce_us(2**24) == pytest.approx(ll128)
 
 
-def test_a_curve_measured_at_small_messages_goes_on_at_ncclsll_rate_as_a_measured_box_does():
+def test_a_curve_measured_at_small_messages_goes_on_at_nccls_ll_rate_as_a_measured_box_does():
     """One dual-socket box of 8 RTX PRO 6000 (validation/kernels/rtx6kpro-nccl-allreduce-turin-8-to-4-gpus: nccl-tests
     bus bandwidth 4.96 GB/s at 64 KB, 9.36 at 256 KB, 13.06 at 512 KB, 16.47 at 1 MB, 19.10 at 2 MB; 40.39 at
     16 MB). Given its 64 KB point alone and the large-message bus bandwidth, the curve's continuation at LL's cost
