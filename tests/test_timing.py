@@ -671,6 +671,10 @@ def test_tp_ranks_pay_the_schedulers_request_broadcast_each_loop_turn(small):
     host_one = m1.decode(1, 500).cpu_ms - launches[0]
     host_two = m2.decode(1, 500).cpu_ms - launches[1]
     assert host_two - host_one == pytest.approx(broadcast_ms)
+    # --scheduler-recv-interval 10: a decode turn receives, and broadcasts, one time in ten
+    skipping = IterationModel(_resolved(dict(two_gpus, server={"tp": 2, "scheduler_recv_interval": 10}), **spec))
+    host_skipping = skipping.decode(1, 500).cpu_ms - launches[1]
+    assert host_two - host_skipping == pytest.approx(0.9 * broadcast_ms)
 
 
 def test_overlap_hides_cpu_behind_the_gpu(small):

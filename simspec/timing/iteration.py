@@ -154,8 +154,12 @@ class IterationModel:
         self._graph_launch_ms = c("graph_launch_us") / 1e3
         self._graph_node_ms = c("graph_launch_per_node_us") / 1e3
         self._graph_gpu_ms = c("graph_replay_gpu_us") / 1e3
-        # at TP > 1 every scheduler loop turn also broadcasts what it received to the other ranks (gloo)
-        self._sched_ms = c("scheduler_cpu_ms") + (c("tp_request_broadcast_us") / 1e3 if tp > 1 else 0.0)
+        self._sched_ms = c("scheduler_cpu_ms")
+        # at TP > 1 a loop turn that takes in requests also broadcasts them to the other ranks (gloo): every turn,
+        # or with --scheduler-recv-interval N one decode turn in N (and the turn after a prefill: SGLang's
+        # SchedulerRecvSkipper weighs a decode or verify turn 1, a prefill 1000)
+        self._broadcast_ms = c("tp_request_broadcast_us") / 1e3 if tp > 1 else 0.0
+        self._recv_interval = srv.scheduler_recv_interval
         self._sched_per_req_ms = c("scheduler_cpu_per_request_ms")
         self._spec_cpu_ms = c("spec_cpu_ms")
         self._spec_tree_cpu_ms = c("spec_tree_cpu_ms") if rs.topk > 1 else 0.0
@@ -189,12 +193,14 @@ class IterationModel:
             return sizes[bisect_left(sizes, bs)], True
         return bs, False
 
-    def _sched(self, bs: int) -> float:
-        """The scheduler's host work per iteration at batch size bs."""
-        return self._sched_ms + self._sched_per_req_ms * bs
+    def _sched(self, bs: int, decode: bool = True) -> float:
+        """The scheduler's host work per iteration at batch size bs (a decode turn's share of the receive's
+        broadcast, or a whole one after a prefill)."""
+        broadcast = self._broadcast_ms / self._recv_interval if decode else self._broadcast_ms
+        return self._sched_ms + broadcast + self._sched_per_req_ms * bs
 
-    def _cpu(self, bs: int, gpu_ms: float, extra_ms: float) -> float:
-        cpu = self._sched(bs) + extra_ms
+    def _cpu(self, bs: int, gpu_ms: float, extra_ms: float, decode: bool = True) -> float:
+        cpu = self._sched(bs, decode) + extra_ms
         return max(0.0, cpu - gpu_ms) if self.rs.overlap else cpu
 
     def plan(self, bs: int) -> tuple[PlannedForward, ...]:
@@ -322,4 +328,4 @@ class IterationModel:
         gpu = v.compute_ms + v.comm_ms + d.compute_ms + d.comm_ms
         return IterationCost(draft_compute_ms=d.compute_ms, draft_comm_ms=d.comm_ms,
                              verify_compute_ms=v.compute_ms, verify_comm_ms=v.comm_ms,
-                             cpu_ms=self._cpu(seqs, gpu, 0.0), roofline_ms=v.roofline_ms + d.roofline_ms)
+                             cpu_ms=self._cpu(seqs, gpu, 0.0, decode=False), roofline_ms=v.roofline_ms + d.roofline_ms)
