@@ -14,6 +14,11 @@ that simspec.calibration.collectives.read_collective_table reads:
     # simspec collective_bench: host=... torch=... backend=nccl world_size=8 dtype=bf16 date=...
     bytes,time_us,world_size,backend,in_cuda_graph,op
 
+It also times, unless --no-broadcast, the broadcast SGLang's scheduler makes every loop turn at TP > 1: rank 0
+sends the other ranks the size of what it received (one int64, the whole message on a turn with no new request)
+over a gloo group of all ranks (Scheduler.recv_requests -> broadcast_pyobj on the TP CPU group). Those rows have op
+`broadcast` and backend gloo; simspec calibrate sets the profile's tp_request_broadcast_us from them.
+
 Needs only torch; simspec need not be installed on the GPU node.
 """
 
@@ -58,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cuda-graph", choices=["auto", "on", "off"], default="auto",
                    help="also time inside a CUDA graph (auto: on CUDA devices)")
     p.add_argument("--graph-calls", type=int, default=10, help="all-reduces captured per CUDA graph (default 10)")
+    p.add_argument("--no-broadcast", action="store_true",
+                   help="skip timing the scheduler's per-turn gloo broadcast (op broadcast)")
     args = p.parse_args(argv)
     if args.min_bytes > args.max_bytes:
         p.error("--min-bytes is larger than --max-bytes")
@@ -127,6 +134,20 @@ def time_graph(x: torch.Tensor, iters: int, warmup: int, calls: int) -> float:
     return start.elapsed_time(end) / 1e3 / (iters * calls)
 
 
+def time_request_broadcast(group: dist.ProcessGroup, iters: int, warmup: int) -> float:
+    """Seconds per call of the broadcast SGLang's scheduler makes each loop turn at TP > 1 when no request arrived:
+    rank 0 sends one int64 (the size of what it received) over a gloo group, the others wait for it and read it."""
+    size = torch.zeros(1, dtype=torch.long)
+    for _ in range(warmup):
+        dist.broadcast(size, src=0, group=group)
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.broadcast(size, src=0, group=group)
+        int(size.item())
+    return (time.perf_counter() - t0) / iters
+
+
 def header(args: argparse.Namespace, backend: str, world: int, device: torch.device) -> str:
     info = {"host": socket.gethostname(), "torch": torch.__version__, "backend": backend, "world_size": world,
             "dtype": args.dtype, "iters": args.iters, "warmup": args.warmup, "repeats": args.repeats,
@@ -171,6 +192,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(f"{count * elsize},{t * 1e6:.3f},{world},{backend},{str(in_graph).lower()},all_reduce")
         if rank == 0:
             print(f"{count * elsize:>12} B  {rows[-1].split(',')[1]:>12} us", file=sys.stderr, flush=True)
+    if not args.no_broadcast and world > 1:
+        gloo = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
+        for _ in range(args.repeats):
+            t = _slowest(time_request_broadcast(gloo, args.iters, args.warmup), device)
+            rows.append(f"8,{t * 1e6:.3f},{world},gloo,false,broadcast")
+        if rank == 0:
+            print(f"{'broadcast':>12}    {rows[-1].split(',')[1]:>12} us (gloo, the scheduler's per-turn receive)",
+                  file=sys.stderr, flush=True)
     if rank == 0:
         text = "\n".join([header(args, backend, world, device), COLUMNS, *rows]) + "\n"
         tmp = args.out + ".tmp"

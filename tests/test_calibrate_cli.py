@@ -105,6 +105,30 @@ def test_collective_table_becomes_the_profile_curve(tmp_path):
     assert len(profile["all_reduce"]["points_bytes_us"]) >= 2
 
 
+@pytest.mark.parametrize(("ranks", "expected"), [(8, 212.0), (2, None)])
+def test_the_tables_gloo_broadcast_sets_the_schedulers_per_turn_broadcast(tmp_path, ranks, expected):
+    """collective_bench.py's `broadcast` rows (the gloo broadcast SGLang's scheduler makes every loop turn at TP > 1)
+    set tp_request_broadcast_us when timed over the server's tp (8 here: the median of the rows); over another
+    number of ranks they are not carried to it, and the fit says so."""
+    table = tmp_path / "ar.csv"
+    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n"
+                     + "".join(f"{b},{10 + b / 2e4:.3f},8,nccl,1,all_reduce\n" for b in (1024, 65536, 1 << 24))
+                     + "".join(f"8,{t},{ranks},gloo,0,broadcast\n" for t in (190.0, 212.0, 250.0)))
+    out = tmp_path / "c.yaml"
+    code, res = _calibrate(["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--collectives", str(table),
+                            "--out", str(out), "--bootstrap", "0", "--json", "--gpu", "h200-sxm",
+                            "--interconnect", "nvlink4-nccl"])
+    if code != 0:
+        pytest.fail(str(res))
+    coefficients = yaml.safe_load(out.read_text()).get("coefficients", {})
+    if expected is None:
+        assert "tp_request_broadcast_us" not in coefficients
+        assert any("gloo broadcast" in n and "tp 8" in n for n in res["notes"]), res["notes"]
+    else:
+        c = coefficients["tp_request_broadcast_us"]
+        assert c["value"] == expected and "collective_bench.py" in c["source"] and "8 ranks" in c["source"]
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     ([], "nothing to calibrate from"),
     (["--host", "127.0.0.1:9"], "cannot reach"),

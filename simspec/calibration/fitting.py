@@ -431,6 +431,11 @@ def fit(meas: Measurements, box: Box, *, name: str, collective_curve: Collective
     for n, (value, source) in _graph_launch_costs(meas, base, today).items():
         base = _with(base, {n: value}, source)
         coefficients[n] = Coefficient(value=value, source=source)
+    broadcast = _request_broadcast_cost(meas, base, today, notes)
+    if broadcast is not None:
+        value, source = broadcast
+        base = _with(base, {"tp_request_broadcast_us": value}, source)
+        coefficients["tp_request_broadcast_us"] = Coefficient(value=value, source=source)
     residual_rows: list[tuple[int, float, float]] = []
     obs = [o for o in meas.step_times if o.seconds > 0]
     if obs:
@@ -660,6 +665,26 @@ def _graph_launch_costs(meas: Measurements, rs: ResolvedScenario, today: str) ->
                                            f"{max(g.nodes for g in branched)} nodes); the profiler's callbacks"
                                            " included")
     return out
+
+
+def _request_broadcast_cost(meas: Measurements, rs: ResolvedScenario, today: str,
+                            notes: list[str]) -> tuple[float, str] | None:
+    """tp_request_broadcast_us (value, source) from a collective table's `broadcast` rows (calibration/
+    collective_bench.py: the gloo broadcast SGLang's scheduler makes every loop turn at TP > 1), measured over as
+    many ranks as the server's tp; rows over another number of ranks are not carried to it (a note says so)."""
+    rows = [c for c in meas.collectives if c.op == "broadcast" and c.time_us > 0]
+    if not rows:
+        return None
+    tp = rs.scenario.server.tp
+    here = [c.time_us for c in rows if c.world_size == tp]
+    if not here:
+        notes.append(f"the table's gloo broadcast was timed over {sorted({c.world_size for c in rows})} ranks and"
+                     f" the server runs tp {tp}: tp_request_broadcast_us keeps its default")
+        return None
+    value = round(float(np.median(here)), 3)
+    return value, (f"measured by simspec calibrate ({today}) from calibration/collective_bench.py: the median of"
+                   f" {len(here)} timings of a gloo broadcast of one int64 over {tp} ranks, the one SGLang's"
+                   " scheduler makes every loop turn (Scheduler.recv_requests -> broadcast_pyobj)")
 
 
 # ------------------------------------------------------------------ for the fit scripts under calibration/
