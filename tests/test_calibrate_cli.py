@@ -89,18 +89,25 @@ def test_offline_log_calibrates_and_refuses_to_overwrite(tmp_path):
     assert code == 0
 
 
-def test_collective_table_becomes_the_profile_curve(tmp_path):
+def _calibrate_log_with_table(tmp_path, rows: str) -> tuple[dict, dict]:
+    """Calibrate from the shipped TP-8 EAGLE-3 log and a collective table of these rows: (profile, --json result)."""
     table = tmp_path / "ar.csv"
-    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n"
-                     + "".join(f"{b},{10 + b / 2e4:.3f},8,nccl,1,all_reduce\n" for b in (1024, 4096, 65536, 1 << 20,
-                                                                                        1 << 24)))
+    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n" + rows)
     out = tmp_path / "c.yaml"
     code, res = _calibrate(["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--collectives", str(table),
                             "--out", str(out), "--bootstrap", "0", "--json", "--gpu", "h200-sxm",
                             "--interconnect", "nvlink4-nccl"])
     if code != 0:
         pytest.fail(str(res))
-    profile = yaml.safe_load(out.read_text())
+    return yaml.safe_load(out.read_text()), res
+
+
+def _all_reduce_rows(sizes) -> str:
+    return "".join(f"{b},{10 + b / 2e4:.3f},8,nccl,1,all_reduce\n" for b in sizes)
+
+
+def test_collective_table_becomes_the_profile_curve(tmp_path):
+    profile, _ = _calibrate_log_with_table(tmp_path, _all_reduce_rows((1024, 4096, 65536, 1 << 20, 1 << 24)))
     assert profile["all_reduce"]["measured_gpus"] == 8
     assert len(profile["all_reduce"]["points_bytes_us"]) >= 2
 
@@ -110,17 +117,10 @@ def test_the_tables_gloo_broadcast_sets_the_schedulers_per_turn_broadcast(tmp_pa
     """collective_bench.py's `broadcast` rows (the gloo broadcast SGLang's scheduler makes every loop turn at TP > 1)
     set tp_request_broadcast_us when timed over the server's tp (8 here: the median of the rows); over another
     number of ranks they are not carried to it, and the fit says so."""
-    table = tmp_path / "ar.csv"
-    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n"
-                     + "".join(f"{b},{10 + b / 2e4:.3f},8,nccl,1,all_reduce\n" for b in (1024, 65536, 1 << 24))
-                     + "".join(f"8,{t},{ranks},gloo,0,broadcast\n" for t in (190.0, 212.0, 250.0)))
-    out = tmp_path / "c.yaml"
-    code, res = _calibrate(["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--collectives", str(table),
-                            "--out", str(out), "--bootstrap", "0", "--json", "--gpu", "h200-sxm",
-                            "--interconnect", "nvlink4-nccl"])
-    if code != 0:
-        pytest.fail(str(res))
-    coefficients = yaml.safe_load(out.read_text()).get("coefficients", {})
+    profile, res = _calibrate_log_with_table(
+        tmp_path, _all_reduce_rows((1024, 65536, 1 << 24))
+        + "".join(f"8,{t},{ranks},gloo,0,broadcast\n" for t in (190.0, 212.0, 250.0)))
+    coefficients = profile.get("coefficients", {})
     if expected is None:
         assert "tp_request_broadcast_us" not in coefficients
         assert any("gloo broadcast" in n and "tp 8" in n for n in res["notes"]), res["notes"]
