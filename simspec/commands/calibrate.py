@@ -241,7 +241,8 @@ def _compare(scenario_path: Path, meas: Any) -> list[dict]:
 @click.option("--from-metrics", "metrics", multiple=True, type=click.Path(dir_okay=False),
               help="A saved /metrics scrape (Prometheus text; repeatable).")
 @click.option("--collectives", type=click.Path(dir_okay=False), default=None,
-              help="Table from calibration/collective_bench.py or nccl-tests: fitted into the all-reduce curve.")
+              help="Table from calibration/collective_bench.py or nccl-tests: fitted into the all-reduce curve"
+                   " (and collective_bench.py's gloo broadcast rows into tp_request_broadcast_us).")
 @click.option("--profile-steps", type=click.IntRange(min=1), default=None,
               help="Profile N server iterations with /start_profile and split GPU time from the traces.")
 @click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
