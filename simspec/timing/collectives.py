@@ -58,6 +58,16 @@ def ring_us_per_byte(p: int, bus_bandwidth_gbps: float) -> float:
     return 2 * (p - 1) / p / (bus_bandwidth_gbps * 1e9) * 1e6
 
 
+def ring_protocols_beside_ll(p: int, link: str, bus_bandwidth_gbps: float, ll128: bool) -> list[tuple[float, float]]:
+    """NCCL's ring protocols other than LL as its tuning model prices them, each (latency us, us per byte): Simple
+    at the full bus bandwidth, and LL128 at 120/128 of it where NCCL runs LL128."""
+    lines = [(ring_latency_us(p, link, "Simple"), ring_us_per_byte(p, bus_bandwidth_gbps))]
+    if ll128:
+        lines.append((ring_latency_us(p, link, "LL128"),
+                      ring_us_per_byte(p, NCCL_LL128_BANDWIDTH_SHARE * bus_bandwidth_gbps)))
+    return lines
+
+
 class Collectives:
     """All-reduce and all-gather times for one TP group."""
 
@@ -78,17 +88,11 @@ class Collectives:
             # the curve itself is LL: its latency, then LL's share of the link up to NCCL's cap
             self._tail_us_per_byte = ring_us_per_byte(
                 tp, min(ring.ll_max_bus_bandwidth_gbps, NCCL_LL_BANDWIDTH_SHARE * busbw))
-            self._protocols.append((ring_latency_us(tp, link, "Simple"), ring_us_per_byte(tp, busbw)))
-            if ring.ll128:
-                self._protocols.append((ring_latency_us(tp, link, "LL128"),
-                                        ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
+            self._protocols = ring_protocols_beside_ll(tp, link, busbw, ring.ll128)
         elif curve.bus_bandwidth_gbps and tp > 1:
             busbw = curve.bus_bandwidth_gbps
             ll_latency, ll_rate = ring_latency_us(tp, link, "LL"), ring_us_per_byte(tp, NCCL_LL_BANDWIDTH_SHARE * busbw)
-            others = [(ring_latency_us(tp, link, "Simple"), ring_us_per_byte(tp, busbw))]
-            if link == "nvlink":
-                others.append((ring_latency_us(tp, link, "LL128"),
-                               ring_us_per_byte(tp, NCCL_LL128_BANDWIDTH_SHARE * busbw)))
+            others = ring_protocols_beside_ll(tp, link, busbw, ll128=link == "nvlink")  # NCCL's default LL128 use
             # NCCL picks a protocol by its own model, not by timing the box: it keeps LL up to the size where
             # the model prices another protocol cheaper, however slow LL really is on the box
             switch = min((lat - ll_latency) / (ll_rate - rate) for lat, rate in others if rate < ll_rate)
