@@ -29,6 +29,7 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.stats import norm
 
+from simspec.acceptance.models import ContextAcceptance
 from simspec.analysis.metrics import compare, compare_to_itself
 from simspec.errors import InputError
 from simspec.predict import describe, sources
@@ -68,6 +69,11 @@ def _check_applies(rs: ResolvedScenario) -> tuple[int, int, int]:
     if w.arrival.turns > 1:
         raise InputError("the fast path hands out independent requests; conversations (arrival.turns > 1) change"
                          " how the run drains: run the engine", file=rs.path, key="workload.arrival.turns")
+    acc = rs.scenario.acceptance
+    if acc is not None and acc.accept_length_by_context is not None:
+        raise InputError("the fast path draws every verify step from one acceptance distribution;"
+                         " accept_length_by_context changes it with each request's context: run the engine",
+                         file=rs.path, key="acceptance.accept_length_by_context")
     lengths = []
     for key in ("input_tokens", "output_tokens"):
         d = getattr(w, key)
@@ -121,6 +127,7 @@ def steady_state(rs: ResolvedScenario) -> dict:
     prompt, output, c = _check_applies(rs)
     model = IterationModel(rs)
     dist = acceptance_for(rs)
+    assert not isinstance(dist, ContextAcceptance)  # _check_applies sends context-dependent acceptance to the engine
     probs = dist.probabilities if dist is not None else None
     steps = expected_steps(output - 1, probs)
     context = prompt + 1 + (output - 1) / 2

@@ -9,7 +9,12 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from simspec.acceptance.models import AcceptanceDistribution, AcceptanceSampler, acceptance_distribution
+from simspec.acceptance.models import (
+    AcceptanceDistribution,
+    AcceptanceSampler,
+    ContextAcceptance,
+    acceptance_distribution,
+)
 from simspec.engine import ServingEngine
 from simspec.engine.admission import decode_tokens_per_request
 from simspec.errors import InputError
@@ -26,11 +31,11 @@ class SimulationResult:
     requests: pd.DataFrame  # one row per request
     itl_gaps_ms: np.ndarray  # distinct gaps between streamed chunks
     itl_weights: np.ndarray  # how many chunks had each gap
-    acceptance: AcceptanceDistribution | None
+    acceptance: AcceptanceDistribution | ContextAcceptance | None
     makespan_ms: float
 
 
-def acceptance_for(rs: ResolvedScenario) -> AcceptanceDistribution | None:
+def acceptance_for(rs: ResolvedScenario) -> AcceptanceDistribution | ContextAcceptance | None:
     acc = rs.scenario.acceptance
     if not rs.speculative or acc is None:
         return None

@@ -95,3 +95,12 @@ def test_fast_path_breakdown_adds_up_to_its_step_at_a_fractional_batch():
     fast = predict_fast(rs)
     assert 15 < fast["mean_batch_size"] < 16
     assert sum(fast["breakdown_ms"].values()) == pytest.approx(fast["iteration_ms"], rel=1e-9)
+
+
+def test_fast_path_sends_context_dependent_acceptance_to_the_engine():
+    rs = load_scenario(SCENARIOS / "eagle3.yaml", [
+        "acceptance={accept_length_by_context: [{context_tokens: 1024, accept_length: 2.5},"
+        " {context_tokens: 5120, accept_length: 1.5}]}"])
+    with pytest.raises(InputError, match="run the engine") as err:
+        predict_fast(rs)
+    assert err.value.key == "acceptance.accept_length_by_context"

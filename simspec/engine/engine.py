@@ -3,8 +3,9 @@
 Each turn: admit waiting requests (up to max_running_requests and the KV cache's estimated room) and prefill
 them, or run one decode iteration over the running batch (draft -> verify -> accept for speculative
 algorithms). The duration of every iteration comes from IterationModel; acceptance is sampled for the whole
-batch at once. Prefill has priority over decode, as in SGLang's default scheduling (speculation disables mixed
-chunked prefill, so prefill and decode never share an iteration).
+batch at once (per request at its own context when the acceptance depends on it). Prefill has priority over
+decode, as in SGLang's default scheduling (speculation disables mixed chunked prefill, so prefill and decode never
+share an iteration).
 
 KV admission follows SGLang (engine/admission.py): a request is admitted against an estimate of what the
 running ones will still generate, not their whole max_new_tokens, and a decode step that finds no room retracts
@@ -340,7 +341,12 @@ class ServingEngine:
         bs = len(self.run_ids)
         # what the iteration commits is drawn first: the host's time per committed token is part of its cost
         if self.sampler is not None:
-            tokens = np.minimum(self.sampler.sample(bs) + 1, self.run_remaining)
+            if self.sampler.context_dependent:  # each request's KV context: prompt + what it has generated
+                context = self.inputs[self.run_ids] + self.outputs[self.run_ids] - self.run_remaining
+                drafts = self.sampler.sample(bs, context)
+            else:
+                drafts = self.sampler.sample(bs)
+            tokens = np.minimum(drafts + 1, self.run_remaining)
         else:
             tokens = np.minimum(1, self.run_remaining)
         emitted = int(tokens.sum())

@@ -17,8 +17,8 @@ Algorithm = Literal["none", "eagle", "eagle3", "mtp", "ngram", "standalone"]
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "standalone")
 
 
-ACCEPTANCE_FORMS = ("accept_length", "chain_rates", "cumulative_rates", "positional_rates", "histogram",
-                    "ngram_replay")
+ACCEPTANCE_FORMS = ("accept_length", "accept_length_by_context", "chain_rates", "cumulative_rates", "positional_rates",
+                    "histogram", "ngram_replay")
 
 MAX_TOKENS = 10_000_000  # longest prompt or output a length distribution may describe
 MAX_CONCURRENCY = 100_000  # most clients a closed loop may have
@@ -152,13 +152,27 @@ class NgramReplay(StrictModel):
         default=None, ge=1, description="requests sharing the trie; default: the workload's closed-loop concurrency")
 
 
+class ContextPoint(StrictModel):
+    """One point of an accept length that changes with a request's context (acceptance.accept_length_by_context)."""
+
+    context_tokens: StrictInt = Field(
+        ge=0, le=MAX_TOKENS, description="the request's KV context at the verify step: prompt + generated tokens")
+    accept_length: StrictFloat = Field(
+        ge=1.0, description="mean tokens committed per verify step at that context, the bonus token included")
+
+
 class Acceptance(StrictModel):
     """How many drafted tokens the target accepts. Exactly one of the figures is given.
 
-    accept_length counts the bonus token, as SGLang does: 1.0 means no gain.
+    accept_length counts the bonus token, as SGLang does: 1.0 means no gain. accept_length_by_context gives it
+    at two or more context lengths, for drafters whose acceptance falls as a request's context grows (EAGLE-3
+    heads trained on short sequences: simspec.acceptance.models).
     """
 
     accept_length: StrictFloat | None = Field(default=None, ge=1.0)
+    accept_length_by_context: list[ContextPoint] | None = Field(
+        default=None, min_length=2,
+        description="accept length at increasing context lengths; linear between points, flat beyond the ends")
     chain_rates: list[Annotated[StrictFloat, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None, min_length=1, description="conditional P(accept draft i | drafts < i accepted)"
     )
@@ -182,6 +196,11 @@ class Acceptance(StrictModel):
             raise ValueError(
                 f"give exactly one of {', '.join(ACCEPTANCE_FORMS)} (got {', '.join(given) if given else 'none'})"
             )
+        if self.accept_length_by_context is not None:
+            contexts = [p.context_tokens for p in self.accept_length_by_context]
+            if any(b <= a for a, b in zip(contexts, contexts[1:], strict=False)):
+                raise ValueError("accept_length_by_context: context_tokens must increase from point to point"
+                                 f" (got {contexts})")
         if self.cumulative_rates is not None:
             rates = self.cumulative_rates
             if any(b > a + 1e-12 for a, b in zip(rates, rates[1:], strict=False)):

@@ -32,7 +32,7 @@ from simspec.errors import InputError
 from simspec.predict import hypothetical_interconnect
 from simspec.scenario.loader import ResolvedScenario, parse_scenario, resolve
 from simspec.scenario.reading import apply_overrides, read_yaml
-from simspec.scenario.schema import MAX_NUM_STEPS, Algorithm
+from simspec.scenario.schema import ACCEPTANCE_FORMS, MAX_NUM_STEPS, Algorithm
 from simspec.workload import whole_conversations
 
 OBJECTIVES = {"throughput": "throughput_tokens_per_s", "per_request": "tokens_per_s"}
@@ -219,7 +219,8 @@ def grid_for(algorithm: str, rs: ResolvedScenario, raw: dict[str, Any], max_step
         ns = sorted({2, 4, 6, 8, 12, 16, own[2]})
         return ([_with(raw, "ngram", None, None, n) for n in ns],
                 f"num_draft_tokens in {{{', '.join(map(str, ns))}}}, acceptance replayed from the corpus at each")
-    fixed_note = (f"acceptance given as {'accept_length' if acc.accept_length is not None else 'histogram'}:"
+    form = next(f for f in ACCEPTANCE_FORMS if getattr(acc, f) is not None)
+    fixed_note = (f"acceptance given as {form}:"
                   " another tree has no defined accept length, so the scenario's own setting is kept (give"
                   " chain_rates, cumulative_rates or positional_rates to search it)")
     if algorithm == "ngram":
