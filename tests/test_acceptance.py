@@ -107,7 +107,7 @@ def test_context_sampler_draws_each_request_at_its_own_context():
     context = np.array([500, 2000] * 500)
     draws = np.concatenate([s.sample(len(context), context) for _ in range(100)])  # crosses block refills
     short, mid = draws[0::2], draws[1::2]
-    assert 1 + short.mean() == pytest.approx(3.0, abs=0.02)  # 50,000 draws: > 5 standard errors
+    assert 1 + short.mean() == pytest.approx(3.0, abs=0.02)  # 50,000 draws each (fixed seed): ~3.5 standard errors
     assert 1 + mid.mean() == pytest.approx(2.25, abs=0.02)
     assert set(np.unique(draws)) <= {0, 1, 2, 3}
     with pytest.raises(ValueError, match="context"):
