@@ -8,7 +8,8 @@ runs them with Triton tiles read from config files that change between releases 
 a separate down-projection config with TMA, and A/B swapped onto wgmma for 16-row tiles on SM90). This script
 times the two GEMM kernels of SGLang's own `fused_experts_impl`, from an unpacked release wheel, for one expert
 shape (default DeepSeek-V3 at TP 8: 256 routed experts + the fused shared one, top 8 + 1, hidden 7168, N 256, block
-FP8) at decode token counts. Each call routes at random over distinct copies of the experts' weights, so the
+FP8; `--dtype bf16` for BF16 experts, which run the release's heuristic tile where it ships no config file) at
+decode token counts. Each call routes at random over distinct copies of the experts' weights, so the
 experts a call touches are read from DRAM. The GEMM kernels' durations come from a torch profiler (CUPTI) trace; the
 other kernels of the call (alignment, activation quantisation, SiLU, the sum) run as small torch stand-ins here,
 not SGLang's, and are not reported.
@@ -16,6 +17,14 @@ not SGLang's, and are not reported.
 The wheel is unpacked and its fused-MoE modules imported without SGLang's server: the imports they make for a
 server (sgl_kernel, server args, environment flags, platform checks) are replaced by stand-ins that answer as an
 NVIDIA GPU would with no flags set. Needs torch and triton; not sgl_kernel, FlashInfer or SGLang's dependencies.
+
+GLM-4.7-Flash's experts (65 with the fused shared one, top 4 + 1, hidden 2,048, N 1,536, BF16, no config file in
+0.5.10.post1), whose heuristic switches from its 16-row to its 64-row tile past 65 tokens, where the GLM box's
+iteration grows far more than the model's (validation/HISTORY.md rounds 28 and 31):
+
+    python3 calibration/fused_moe_bench.py --wheel sglang-0.5.10.post1-py3-none-any.whl --dtype bf16 \\
+        --experts 65 --top-k 5 --hidden 2048 --intermediate 1536 --tokens 32,64,65,96,128,192,256,512,1024 \\
+        --out glm.json
 """
 
 from __future__ import annotations
@@ -185,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--intermediate", type=int, default=256, help="N: one expert's intermediate columns per GPU")
     p.add_argument("--shared", type=int, choices=(0, 1), default=1,
                    help="1: the last expert is a fused shared expert every token routes to (DeepSeek-V3 from 0.5.3)")
+    p.add_argument("--dtype", choices=("fp8", "bf16"), default="fp8",
+                   help="fp8: block-FP8 weights (128 x 128 scales) and activations; bf16: BF16 weights, no scales")
     p.add_argument("--copies", type=int, default=4, help="distinct copies of all experts' weights")
     p.add_argument("--calls", type=int, default=20, help="traced calls per token count")
     args = p.parse_args(argv)
@@ -194,20 +205,23 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="sglang-wheel-")
     fused_moe, config_module, package = load_fused_moe(args.wheel, workdir)
     torch.manual_seed(0)
-    E, K, N, top_k, block = args.experts, args.hidden, args.intermediate, args.top_k, [128, 128]
-    fp8 = torch.float8_e4m3fn
+    E, K, N, top_k = args.experts, args.hidden, args.intermediate, args.top_k
+    fp8 = args.dtype == "fp8"
+    block = [128, 128] if fp8 else None
+    weight_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
     weights = []
     for _ in range(args.copies):
-        w1 = (torch.randn(E, 2 * N, K, device="cuda") * 0.05).to(fp8)
-        w2 = (torch.randn(E, K, N, device="cuda") * 0.05).to(fp8)
-        s1 = torch.rand(E, 2 * N // 128, K // 128, device="cuda") * 1e-3 + 1e-3
-        s2 = torch.rand(E, K // 128, N // 128, device="cuda") * 1e-3 + 1e-3
+        w1 = (torch.randn(E, 2 * N, K, device="cuda") * 0.05).to(weight_dtype)
+        w2 = (torch.randn(E, K, N, device="cuda") * 0.05).to(weight_dtype)
+        s1 = torch.rand(E, 2 * N // 128, K // 128, device="cuda") * 1e-3 + 1e-3 if fp8 else None
+        s2 = torch.rand(E, K // 128, N // 128, device="cuda") * 1e-3 + 1e-3 if fp8 else None
         weights.append((w1, w2, s1, s2))
     accepted = inspect.signature(fused_moe.fused_experts_impl).parameters
     result = {"wheel": os.path.basename(args.wheel), "package": package, "gpu": torch.cuda.get_device_name(0),
               "torch": torch.__version__, "triton": __import__("triton").__version__,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "shape": {"experts": E, "top_k": top_k, "hidden": K, "intermediate": N, "weights": "fp8 block 128",
+              "shape": {"experts": E, "top_k": top_k, "hidden": K, "intermediate": N,
+                        "weights": "fp8 block 128" if fp8 else "bf16",
                         "fused_shared_expert": bool(args.shared)},
               "copies": args.copies, "calls": args.calls, "points": []}
     for tokens in [int(t) for t in args.tokens.split(",")]:
@@ -223,26 +237,28 @@ def main(argv: list[str] | None = None) -> int:
                 ids = routed.to(torch.int32)
                 w = torch.softmax(torch.randn(tokens, top_k, device="cuda"), -1)
                 calls.append((ids, w, weights[i % args.copies]))
-            kwargs = {"use_fp8_w8a8": True, "block_shape": block}
+            kwargs = {"use_fp8_w8a8": True, "block_shape": block} if fp8 else {}
 
             def run(calls=calls, x=x, kwargs=kwargs):
                 for ids, w, (w1, w2, s1, s2) in calls:
-                    fused_moe.fused_experts_impl(x, w1, w2, w, ids, w1_scale=s1, w2_scale=s2,
+                    scales = {"w1_scale": s1, "w2_scale": s2} if fp8 else {}
+                    fused_moe.fused_experts_impl(x, w1, w2, w, ids, **scales,
                                                  **{k: v for k, v in kwargs.items() if k in accepted})
 
             run()  # compiles the release's kernels for these tiles
             times = gemm_kernel_times(run, args.calls)
             row["kernels_per_call"] = len(times)
             row["gemm_us"] = [statistics.median(t) for t in times]
+            dtype = "fp8_w8a8" if fp8 else None  # SGLang's config key: None for BF16 experts
             try:
-                got = config_module.try_get_optimal_moe_config((E, 2 * N, K), (E, K, N), top_k, "fp8_w8a8", tokens,
+                got = config_module.try_get_optimal_moe_config((E, 2 * N, K), (E, K, N), top_k, dtype, tokens,
                                                                block_shape=block, return_down_config=True)
                 row["config"] = got[0] if isinstance(got, tuple) else got
                 if isinstance(got, tuple) and isinstance(got[1], tuple):
                     row["down_config"] = got[1][0]
             except TypeError:
                 row["config"] = config_module.try_get_optimal_moe_config((E, 2 * N, K), (E, K, N), top_k,
-                                                                         "fp8_w8a8", tokens, block_shape=block)
+                                                                         dtype, tokens, block_shape=block)
         except Exception as exc:
             row["error"] = repr(exc)[:500]
         result["points"].append(row)

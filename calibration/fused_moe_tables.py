@@ -47,11 +47,12 @@ KERNELS = ("w13", "w2")  # gemm_us's order in a fused_moe_bench.py point
 
 
 def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kernel: str,
-          fitted_by: str | None = None) -> dict:
+          fitted_by: str | None = None, config: str = "tuned") -> dict:
     missing = [k for k in KEYS if k not in result]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (fused_moe_bench.py writes them)")
     shape = result["shape"]
+    bf16 = shape.get("weights") == "bf16"  # fused_moe_bench.py --dtype bf16; block FP8 otherwise
     timed = timed_points(result)
     points = [(p["tokens"], round(p["gemm_us"][KERNELS.index(kernel)], 3)) for p in timed]
     if not points:
@@ -64,7 +65,7 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kern
         "id": table_id,
         "title": f"SGLang's Triton fused MoE, its {kernel} GEMM kernel, {result['wheel']}'s code and configs, E "
                  f"{shape['experts']}, top {shape['top_k']}, hidden {shape['hidden']}, N {shape['intermediate']}, "
-                 f"block FP8, one {result['gpu']}",
+                 f"{'BF16' if bf16 else 'block FP8'}, one {result['gpu']}",
         "source": {"citation": f"measured by simspec: calibration/fused_moe_bench.py on one {result['gpu']} "
                                f"({result['date']}, torch {result['torch']}, Triton {result['triton']}); raw result "
                                f"{source}",
@@ -72,15 +73,16 @@ def table(result: dict, gpu: str, table_id: str, source: str, l2_mb: float, kern
         "kernel": "fused_moe",
         "gpu": gpu,
         "shape": {"experts": shape["experts"], "experts_per_token": shape["top_k"], "hidden_size": shape["hidden"],
-                  "intermediate_per_gpu": shape["intermediate"], "weights": "fp8-block128"},
+                  "intermediate_per_gpu": shape["intermediate"], "weights": "bf16" if bf16 else "fp8-block128"},
         "routing_timed": False,
-        "config": "tuned",
+        "config": config,
         "grid": grid(result, timed),
         "timed": kernel,
         "rotates_weights": True,
         "l2_cache_mb": l2_mb,
-        "l2_source": "measured: CUDA reports 62,914,560 bytes of L2 on one H200 (calibration/kernel_floor_bench.py); "
-                     "not used here: every call reads its own copy of the experts",
+        "l2_source": ("measured: CUDA reports 62,914,560 bytes of L2 on one H200 (calibration/kernel_floor_bench.py); "
+                      "not used here: every call reads its own copy of the experts" if gpu == "h200-sxm" else
+                      f"given (--l2-mb {l2_mb:g}); not used here: every call reads its own copy of the experts"),
         "assumptions": [
             f"{shape['experts']} experts{shared}; each call routes every token at random over its own copy of all "
             f"experts' weights ({result['copies']} copies in turn), so the experts it touches are read from DRAM; "
@@ -105,10 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", required=True, choices=KERNELS, help="the GEMM kernel the table times")
     p.add_argument("--l2-mb", type=float, default=62.9, help="the GPU's L2 (informational here)")
     p.add_argument("--fitted-by", metavar="SCRIPT", help="mark the table fitted: SCRIPT fits a coefficient to it")
+    p.add_argument("--config", choices=("tuned", "default"), default="tuned",
+                   help="tuned: the release loaded a config file for the shape; default: its tile heuristic ran (no "
+                        "file for the shape and GPU: the loaded configs the table lists are the heuristic's)")
     args = p.parse_args(argv)
     data = build_or_refuse(args, "fused_moe_bench.py",
                            lambda result, source: table(result, args.gpu, args.id, source, args.l2_mb, args.kernel,
-                                                           args.fitted_by))
+                                                           args.fitted_by, args.config))
     if data is None:
         return 2
     keys = list(data)

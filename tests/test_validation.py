@@ -688,6 +688,27 @@ def test_the_checked_in_fused_moe_tables_are_what_their_converter_writes_from_th
         [sum(p["gemm_us"]) for p in raw["points"]], abs=1e-3)
 
 
+def test_a_bf16_default_tile_fused_moe_run_converts_to_a_table_the_suite_reads(tmp_path, monkeypatch):
+    """fused_moe_bench.py --dtype bf16 (GLM-4.7-Flash's shape, which runs SGLang's tile heuristic): the table says
+    BF16 weights and the default config, and the suite loads it."""
+    monkeypatch.syspath_prepend(str(ROOT / "calibration"))
+    import fused_moe_tables as conv
+
+    from simspec.kernel_validation import load_table
+
+    result = json.loads((ROOT / "calibration" / "measurements" /
+                         "h200-fused-moe-qwen3-30b-tp1-sglang0512-2026-12-04.json").read_text())
+    result["shape"] |= {"experts": 65, "top_k": 5, "intermediate": 1536, "weights": "bf16"}
+    raw = tmp_path / "glm.json"
+    raw.write_text(json.dumps(result))
+    assert conv.main([str(raw), "--gpu", "h100-sxm", "--kernel", "w13", "--id", "glm-w13", "--config", "default",
+                      "--l2-mb", "50", "--out", str(tmp_path)]) == 0
+    table = load_table(tmp_path / "glm-w13.yaml")
+    assert table.shape.weights == "bf16" and table.config == "default" and table.shape.experts == 65
+    text = (tmp_path / "glm-w13.yaml").read_text()
+    assert "BF16, one" in text and "block FP8" not in text and "--l2-mb 50" in text
+
+
 def test_the_checked_in_gemm_tables_are_what_the_converter_writes_from_the_checked_in_result(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "calibration"))
     import kernel_floor_tables as conv
