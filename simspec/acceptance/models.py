@@ -124,14 +124,15 @@ def acceptance_distribution(acc: Acceptance, *, max_drafts: int, num_steps: int 
                             num_draft_tokens: int = 0) -> AcceptanceDistribution | ContextAcceptance:
     """The distribution for a validated acceptance section and a resolved speculative setup (one per context
     point for accept_length_by_context)."""
+    def constant_chain(accept_length: float) -> np.ndarray:
+        return chain_distribution([constant_rate_for(accept_length, max_drafts)] * max_drafts)
+
     if acc.accept_length_by_context is not None:
-        points = tuple(AcceptanceDistribution(chain_distribution(
-            [constant_rate_for(p.accept_length, max_drafts)] * max_drafts)) for p in acc.accept_length_by_context)
+        points = tuple(AcceptanceDistribution(constant_chain(p.accept_length)) for p in acc.accept_length_by_context)
         contexts = np.asarray([p.context_tokens for p in acc.accept_length_by_context], dtype=float)
         return ContextAcceptance(contexts, points)
     if acc.accept_length is not None:
-        a = constant_rate_for(acc.accept_length, max_drafts)
-        probs = chain_distribution([a] * max_drafts)
+        probs = constant_chain(acc.accept_length)
     elif acc.chain_rates is not None:
         probs = chain_distribution(acc.chain_rates)
     elif acc.cumulative_rates is not None:

@@ -214,16 +214,17 @@ def _check_acceptance(sc: Scenario, max_drafts: int, file: str) -> None:
     if acc.ngram_replay is not None and alg != "ngram":
         raise InputError(f"ngram_replay replays SGLang's n-gram drafter; speculative.algorithm is {alg}",
                          file=file, key="acceptance.ngram_replay")
-    if acc.accept_length is not None and acc.accept_length > max_drafts + 1 + 1e-9:
-        raise InputError(f"accept length {acc.accept_length} is above the {max_drafts + 1} this setup can reach"
-                         f" ({max_drafts} drafts + the bonus token); allowed: 1.0..{max_drafts + 1}",
-                         file=file, key="acceptance.accept_length")
+    def within_reach(accept_length: float, key: str, where: str = "") -> None:
+        if accept_length > max_drafts + 1 + 1e-9:
+            raise InputError(f"accept length {accept_length}{where} is above the {max_drafts + 1} this setup can reach"
+                             f" ({max_drafts} drafts + the bonus token); allowed: 1.0..{max_drafts + 1}",
+                             file=file, key=key)
+
+    if acc.accept_length is not None:
+        within_reach(acc.accept_length, "acceptance.accept_length")
     for i, point in enumerate(acc.accept_length_by_context or ()):
-        if point.accept_length > max_drafts + 1 + 1e-9:
-            raise InputError(f"accept length {point.accept_length} at {point.context_tokens} context tokens is above"
-                             f" the {max_drafts + 1} this setup can reach ({max_drafts} drafts + the bonus token);"
-                             f" allowed: 1.0..{max_drafts + 1}",
-                             file=file, key=f"acceptance.accept_length_by_context[{i}].accept_length")
+        within_reach(point.accept_length, f"acceptance.accept_length_by_context[{i}].accept_length",
+                     f" at {point.context_tokens} context tokens")
     for key in ("chain_rates", "cumulative_rates"):
         rates = getattr(acc, key)
         if rates is not None and len(rates) > max_drafts:
