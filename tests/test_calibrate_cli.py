@@ -89,6 +89,115 @@ def test_offline_log_calibrates_and_refuses_to_overwrite(tmp_path):
     assert code == 0
 
 
+def test_a_held_out_concurrency_is_predicted_not_fitted_and_becomes_a_validation_case(tmp_path):
+    """--hold-out measures a concurrency without fitting to it; --cases writes every concurrency as a case that
+    `simspec validate` predicts as the comparison did. The fake's step jumps past batch 2 (8 ms + 2 ms a request up
+    to 2, then 22 ms more): a profile fitted to batches 1-2 cannot know it, so the held-out run at 4 comes out
+    far too fast, which it could not if the fit had seen that run's iterations."""
+    def step(b: int) -> float:
+        return 0.008 + 0.002 * b + (0.022 if b > 2 else 0.0)
+
+    out, cases = tmp_path / "h.yaml", tmp_path / "cases"
+    with FakeSGLang("0.5.10", algorithm="eagle3", chain_rates=[0.8, 0.6, 0.4], step_time=step, prefill_s=0.007,
+                    seed=3) as fake:
+        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,4", "--hold-out", "4", "--cases",
+                                str(cases), "--max-new-tokens", "96", "--bootstrap", "0", "--out", str(out),
+                                "--json", *BOX])
+    assert code == 0, res
+    assert res["held_out"] == [4]
+    # the fit saw the runs at 1 and 2 only: none of the held-out run's batches (4, and 3 as it drained)
+    assert {s["batch_size"] for s in res["step_times"]} <= {1, 2}
+    rows = {r["concurrency"]: r for r in res["comparison"]}
+    assert [rows[c]["held_out"] for c in (1, 2, 4)] == [False, False, True]
+    for c in (1, 2):
+        assert abs(rows[c]["error_pct"]) <= 10.0, rows[c]
+    assert rows[4]["error_pct"] > 50.0, rows[4]  # ~38 ms a step measured, ~16 ms extrapolated
+
+    ids = [f"h-c{c}" for c in (1, 2, 4)]  # the profile's file name and the concurrency
+    assert res["cases"] == [str(cases / f"{i}.yaml") for i in ids]
+    assert sorted(p.stem for p in cases.glob("*.yaml")) == ids
+    case4 = yaml.safe_load((cases / "h-c4.yaml").read_text())
+    assert case4["fitted"] is False and case4["measured"]["metric"] == "tokens_per_s"
+    assert case4["scenario"]["workload"]["arrival"]["concurrency"] == 4
+    assert "histogram" in case4["scenario"]["acceptance"]
+    assert (cases / case4["scenario"]["calibration"]).resolve() == out.resolve()
+
+    res = CliRunner().invoke(main, ["validate", str(cases), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["summary"]["not_fitted"] == 1 and report["summary"]["fitted"] == 2
+    by_id = {c["id"]: c for c in report["cases"]}
+    for c, case_id in zip((1, 2, 4), ids, strict=True):
+        case, row = by_id[case_id], rows[c]
+        assert case["fitted"] is (c != 4)
+        assert case["measured"] == pytest.approx(row["measured_tokens_per_s"], rel=1e-4)
+        assert case["predicted"] == pytest.approx(row["predicted_tokens_per_s"], rel=1e-9)
+    assert report["summary"]["mape_not_fitted_pct"] == pytest.approx(rows[4]["error_pct"], rel=1e-3)
+
+
+def test_the_fit_sees_nothing_of_a_held_out_concurrency():
+    """_for_fit drops the held-out runs' requests, iteration times and throughput and the whole-run /metrics
+    counters; an iteration time that names no run (a log's, or one saved by an older simspec) is refused."""
+    from simspec.calibration.measurements import Measurements, RequestRecord, StepTime, ThroughputPoint
+    from simspec.commands.calibrate import _for_fit
+    from simspec.errors import InputError
+
+    def req(c: int) -> RequestRecord:
+        return RequestRecord(concurrency=c, prompt_tokens=10, completion_tokens=5, chunk_times=[0.0, 0.1, 0.2, 0.3],
+                             chunk_tokens=[1, 2, 1, 1])
+
+    meas = Measurements(
+        server={"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
+        requests=[req(1), req(4)], accept_lengths=[2.0, 1.0, 2.0, 1.0],
+        step_times=[StepTime(batch_size=1, seconds=0.01, source="live", concurrency=1),
+                    StepTime(batch_size=3, seconds=0.03, source="live", concurrency=4),
+                    StepTime(batch_size=4, seconds=0.04, source="live", concurrency=4)],
+        throughput=[ThroughputPoint(concurrency=c, tokens_per_s=100.0, source="live") for c in (1, 4)],
+        prometheus={"sglang:spec_accept_length": 2.5})
+    kept = _for_fit(meas, frozenset({4}))
+    assert [r.concurrency for r in kept.requests] == [1]
+    assert [(o.batch_size, o.concurrency) for o in kept.step_times] == [(1, 1)]
+    assert [t.concurrency for t in kept.throughput] == [1]
+    assert kept.accept_lengths == [2.0, 1.0] and kept.prometheus == {}  # the kept request's middle chunks
+    assert _for_fit(meas, frozenset()) is meas
+
+    with pytest.raises(InputError) as err:
+        _for_fit(meas, frozenset({8}))
+    assert err.value.key == "--hold-out" and "nothing was measured at concurrency 8 (measured: 1, 4)" in str(err.value)
+    old = meas.model_copy(update={"step_times": [StepTime(batch_size=1, seconds=0.01, source="live")]})
+    with pytest.raises(InputError) as err:
+        _for_fit(old, frozenset({4}))
+    assert err.value.key == "--hold-out" and "live do not" in str(err.value)
+
+
+def test_a_concurrency_without_a_measured_rate_gets_no_case_and_a_note(tmp_path):
+    from simspec.calibration.measurements import Measurements
+    from simspec.commands.calibrate import _write_cases
+
+    scenario = tmp_path / "p.scenario.yaml"
+    scenario.write_text(yaml.safe_dump({"hardware": {"gpu": "h100-sxm", "num_gpus": 1, "interconnect": "nvlink4-nccl"},
+                                        "model": "llama-3.1-8b", "server": {"tp": 1},
+                                        "workload": {"arrival": {"type": "closed", "concurrency": 1}}}))
+    row = {"concurrency": 2, "source": "live", "held_out": True, "measured_tokens_per_s": 0.0,
+           "measured_accept_length": None, "measured_iteration_ms": None}
+    notes: list[str] = []
+    written = _write_cases(tmp_path / "cases", "p", [row], scenario, tmp_path / "p.yaml",
+                           tmp_path / "p.measurements.json", Measurements(), "node:30000", notes)
+    assert written == [] and notes == ["no case for concurrency 2: no request there decoded past its first chunk,"
+                                       " so no per-request decode rate was measured"]
+
+
+def test_cases_need_a_measured_throughput(tmp_path):
+    """A collective table alone fits the all-reduce curve but measures no run: no case to write, exit 2."""
+    table = tmp_path / "ar.csv"
+    table.write_text("bytes,time_us,world_size,backend,in_cuda_graph,op\n" + _all_reduce_rows((1024, 65536)))
+    code, msg = _calibrate(["--collectives", str(table), "--tp", "8", "--cases", str(tmp_path / "cases"),
+                            "--out", str(tmp_path / "c.yaml"), "--gpu", "h200-sxm", "--interconnect", "nvlink4-nccl",
+                            "--model", "llama-3.1-70b"])
+    assert code == 2 and "--cases" in msg and "measured no throughput" in msg, msg
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "c.yaml").exists()
+
+
 def _calibrate_log_with_table(tmp_path, rows: str) -> tuple[dict, dict]:
     """Calibrate from the shipped TP-8 EAGLE-3 log and a collective table of these rows: (profile, --json result)."""
     table = tmp_path / "ar.csv"
@@ -139,6 +248,13 @@ def test_the_tables_gloo_broadcast_sets_the_schedulers_per_turn_broadcast(tmp_pa
     # a profile is of a real box: a B200 with NVLink 4's curve is a what-if, not a box to calibrate
     (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--gpu", "b200"],
      "allowed with --gpu b200 at TP 8: nvlink5-nccl"),
+    # held-out concurrencies: of a live run, measured too, not all of them, and no file mixed in
+    (["--from-log", str(DATA / "sglang-0.5.8-eagle3-tp8.log"), "--hold-out", "4"], "give --host too"),
+    (["--host", "127.0.0.1:9", "--concurrency", "1,2", "--hold-out", "4"], "4 is not among --concurrency 1,2"),
+    (["--host", "127.0.0.1:9", "--concurrency", "1,2", "--hold-out", "1,2"], "every concurrency is held out"),
+    (["--host", "127.0.0.1:9", "--concurrency", "1,2", "--hold-out", "2", "--from-log",
+      str(DATA / "sglang-0.5.8-eagle3-tp8.log")], "cannot be told apart by the run's concurrency"),
+    (["--host", "127.0.0.1:9", "--hold-out", "x"], "--hold-out"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(tmp_path, args, needle):
     base = ["--gpu", "h100-sxm", "--interconnect", "nvlink4-nccl", "--out", str(tmp_path / "x.yaml")]

@@ -651,17 +651,19 @@ def _trimmed_rate(segments: Sequence[tuple[float, int]], trim: float = 0.2) -> f
 
 
 def step_times_from_records(records: Sequence[RequestRecord], *, max_step_tokens: int | None = None,
-                            min_samples: int = 3, source: str = "live") -> list[StepTime]:
+                            min_samples: int = 3, source: str = "live",
+                            concurrency: int | None = None) -> list[StepTime]:
     """StepTime per running batch size from iteration_segments: the per-iteration time of the segments,
     weighted by their iterations, 20% of the weight trimmed at each end; `samples` = iterations seen
     (segment iterations summed over requests / batch size). Batch sizes seen in fewer than min_samples
-    iterations are dropped."""
+    iterations are dropped. `concurrency`: the run's, recorded on each (what `calibrate --hold-out` filters by)."""
     out = []
     for bs, segs in sorted(iteration_segments(records, max_step_tokens=max_step_tokens).items()):
         n = sum(k for _, k in segs)
         iterations = max(1, round(n / bs))
         if iterations >= min_samples and n > 0:
-            out.append(StepTime(batch_size=bs, seconds=_trimmed_rate(segs), samples=iterations, source=source))
+            out.append(StepTime(batch_size=bs, seconds=_trimmed_rate(segs), samples=iterations, source=source,
+                                concurrency=concurrency))
     return out
 
 
@@ -1121,7 +1123,7 @@ async def _run_levels(run: _Run, desc: ServerDescription, inputs: list[dict[str,
             speculative = desc.algorithm != "none" or any(r.spec_verify_ct for r in records)
             meas.requests.extend(records)
             meas.step_times.extend(step_times_from_records(records, max_step_tokens=bound,
-                                                           min_samples=min_step_samples))
+                                                           min_samples=min_step_samples, concurrency=c))
             if speculative:
                 meas.accept_lengths.extend(accept_lengths_from_records(records, max_step_tokens=bound))
             meas.throughput.append(throughput_point(records, c, speculative=speculative))

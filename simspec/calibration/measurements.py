@@ -67,6 +67,9 @@ class StepTime(_Record):
     seconds: float
     samples: int = 1
     source: str
+    # the live run's concurrency these iterations came from (its drain's smaller batches included); None where a
+    # file gives them (a log's or benchmark's iterations cannot be told apart by the run's concurrency)
+    concurrency: int | None = None
 
 
 class ThroughputPoint(_Record):

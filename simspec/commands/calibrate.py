@@ -168,7 +168,7 @@ def _write_outputs(meas: Any, profile_path: Path) -> Path | None:
     return path
 
 
-def _write_yaml(path: Path, data: dict, header: str) -> None:
+def _write_yaml(path: Path, data: dict, header: str, key: str = "--out") -> None:
     import yaml
 
     tmp = path.with_name(path.name + ".tmp")
@@ -176,12 +176,32 @@ def _write_yaml(path: Path, data: dict, header: str) -> None:
         tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=110))
         tmp.replace(path)
     except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path), key="--out") from None
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=str(path), key=key) from None
 
 
-def _compare(scenario_path: Path, meas: Any) -> list[dict]:
-    """Predict the written scenario at every measured concurrency: measured vs predicted tok/s and step time."""
+def _overrides_at(meas: Any, c: int) -> list[str]:
+    """What the written scenario needs to stand for the run at concurrency c: its clients and requests, the mean
+    prompt and output its requests had, and the acceptance they realised."""
     from simspec.calibration.fitting import histogram_from_requests, max_drafts_of
+
+    n = sum(1 for r in meas.requests if r.concurrency == c) or 4 * c
+    overrides = [f"workload.arrival.concurrency={c}", f"workload.num_requests={max(n, c)}"]
+    at_c = [r for r in meas.requests if r.concurrency == c]
+    if at_c:
+        prompt = max(1, round(sum(r.prompt_tokens for r in at_c) / len(at_c)))
+        output = max(2, round(sum(r.completion_tokens for r in at_c) / len(at_c)))
+        overrides += [f"workload.input_tokens.value={prompt}", f"workload.output_tokens.value={output}"]
+        # the acceptance these requests realised: a few hundred verify steps per concurrency drift a few %
+        # from the pooled histogram, and the comparison is about time, not about sampling luck
+        hist = histogram_from_requests(at_c, max_drafts_of(meas.server))
+        if hist is not None:
+            overrides.append(f"acceptance={{histogram: {hist}, source: 'measured at concurrency {c}'}}")
+    return overrides
+
+
+def _compare(scenario_path: Path, meas: Any, held_out: frozenset[int] = frozenset()) -> list[dict]:
+    """Predict the written scenario at every measured concurrency: measured vs predicted tok/s and step time;
+    `held_out` marks the concurrencies the fit did not see."""
     from simspec.predict import predict
     from simspec.scenario.loader import load_scenario
 
@@ -196,28 +216,126 @@ def _compare(scenario_path: Path, meas: Any) -> list[dict]:
     step_at = {b: (t / n, None) for b, (t, n) in pooled.items()}
     for point in sorted(meas.throughput, key=lambda t: t.concurrency):
         c = point.concurrency
-        n = sum(1 for r in meas.requests if r.concurrency == c) or 4 * c
-        overrides = [f"workload.arrival.concurrency={c}", f"workload.num_requests={max(n, c)}"]
-        at_c = [r for r in meas.requests if r.concurrency == c]
-        if at_c:
-            prompt = max(1, round(sum(r.prompt_tokens for r in at_c) / len(at_c)))
-            output = max(2, round(sum(r.completion_tokens for r in at_c) / len(at_c)))
-            overrides += [f"workload.input_tokens.value={prompt}", f"workload.output_tokens.value={output}"]
-            # the acceptance these requests realised: a few hundred verify steps per concurrency drift a few %
-            # from the pooled histogram, and the comparison is about time, not about sampling luck
-            hist = histogram_from_requests(at_c, max_drafts_of(meas.server))
-            if hist is not None:
-                overrides.append(f"acceptance={{histogram: {hist}, source: 'measured at concurrency {c}'}}")
-        result = predict(load_scenario(scenario_path, overrides))
+        result = predict(load_scenario(scenario_path, _overrides_at(meas, c)))
         measured_step = step_at.get(c, (None, None))[0]
         rows.append({
-            "concurrency": c, "source": point.source,
+            "concurrency": c, "source": point.source, "held_out": c in held_out,
             "measured_tokens_per_s": point.tokens_per_s, "predicted_tokens_per_s": result["tokens_per_s"],
             "error_pct": (result["tokens_per_s"] / point.tokens_per_s - 1) * 100 if point.tokens_per_s else None,
             "measured_iteration_ms": measured_step, "predicted_iteration_ms": result["iteration_ms"],
             "measured_accept_length": point.accept_length, "predicted_accept_length": result["accept_length"],
         })
     return rows
+
+
+def _for_fit(meas: Any, held_out: frozenset[int]) -> Any:
+    """What the fit may see when concurrencies are held out (--hold-out): their requests, throughput and
+    iteration times left out (a live run's iteration times name the concurrency they came from, its drain
+    included), the per-step accept lengths read again from the kept requests, and the /metrics counters, which
+    count the whole run, dropped. The comparison still predicts every concurrency."""
+    if not held_out:
+        return meas
+    from simspec.calibration.live import accept_lengths_from_records, max_step_tokens
+
+    unattributed = sorted({o.source for o in meas.step_times if o.concurrency is None})
+    if unattributed:
+        raise InputError("held-out concurrencies need every iteration time to name the run it came from;"
+                         f" {', '.join(unattributed)} do not (measurements saved by an older simspec: measure"
+                         " again without --resume)", key="--hold-out")
+    measured = {t.concurrency for t in meas.throughput}
+    missing = sorted(held_out - measured)
+    if missing:
+        raise InputError(f"nothing was measured at concurrency {', '.join(map(str, missing))} (measured:"
+                         f" {', '.join(map(str, sorted(measured))) or 'none'})", key="--hold-out")
+    kept = [r for r in meas.requests if r.concurrency not in held_out]
+    accept = (accept_lengths_from_records(kept, max_step_tokens=max_step_tokens(meas.server))
+              if meas.accept_lengths else [])
+    return meas.model_copy(update={
+        "requests": kept,
+        "step_times": [o for o in meas.step_times if o.concurrency not in held_out],
+        "throughput": [t for t in meas.throughput if t.concurrency not in held_out],
+        "accept_lengths": accept,
+        "prometheus": {},
+    })
+
+
+def _case_paths(cases: Path, stem: str, concurrencies: list[int]) -> list[Path]:
+    """The case files --cases writes: the profile's file name and the concurrency (ids unique per profile)."""
+    return [cases / f"{stem}-c{c}.yaml" for c in concurrencies]
+
+
+def _write_cases(cases: Path, stem: str, comparison: list[dict], scenario_path: Path, profile_path: Path,
+                 measurements_path: Path, meas: Any, host: str | None, notes: list[str]) -> list[Path]:
+    """One validation case per measured concurrency (validation.Case), for `simspec validate`: the written
+    scenario at that concurrency's clients, lengths and realised acceptance, its measured mean per-request decode
+    rate, fitted: false where the fit held the concurrency out. A box measured this way is a controlled case:
+    its server, flags, lengths and acceptance are what was run, not a reading of a published one. A concurrency
+    without a measured rate gets no case, and `notes` says so."""
+    import datetime as _dt
+    import os
+
+    import yaml
+
+    from simspec.scenario.reading import apply_overrides
+
+    base = yaml.safe_load(scenario_path.read_text(encoding="utf-8"))
+    hw, server = base["hardware"], base["server"]
+    version = server.get("sglang_version", "(version not stated)")
+    box = f"{base['model']} on {hw.get('num_gpus', server['tp'])} x {hw['gpu']}, TP {server['tp']}, SGLang {version}"
+    algorithm = (base.get("speculative") or {}).get("algorithm", "no speculation")
+    profile = os.path.relpath(profile_path.resolve(), cases.resolve())
+    today = _dt.date.today().isoformat()
+    written = []
+    for row in comparison:
+        c, value = row["concurrency"], row["measured_tokens_per_s"]
+        if not value or value <= 0:
+            notes.append(f"no case for concurrency {c}: no request there decoded past its first chunk, so no"
+                         " per-request decode rate was measured")
+            continue
+        case_id = f"{stem}-c{c}"
+        scenario = apply_overrides(base, _overrides_at(meas, c), str(scenario_path))
+        scenario["name"] = case_id
+        scenario["calibration"] = profile
+        n = sum(1 for r in meas.requests if r.concurrency == c)
+        quote = f"mean per-request decode rate {value:.2f} tok/s"
+        if row["measured_accept_length"]:
+            quote += f", accept length {row['measured_accept_length']:.3f}"
+        if row["measured_iteration_ms"] is not None:
+            quote += f", {row['measured_iteration_ms']:.3f} ms an iteration at batch {c}"
+        held = row["held_out"]
+        if row["source"] == "live":
+            run = f"live run against {host}: {n} requests at concurrency {c}"
+            workload = ("workload: the run's mean prompt and output lengths at this concurrency, fixed (the run"
+                        " streamed its prompts; their spread is not replayed)")
+        else:
+            run = f"from {row['source']}: concurrency {c}"
+            workload = "workload: the written scenario's lengths (the source gives none per request)"
+        assumptions = [
+            workload,
+            "fitted: false: the profile was fitted without this concurrency's requests, iterations and throughput"
+            " (simspec calibrate --hold-out)" if held else
+            "fitted: true: the profile was fitted to this run's iterations (simspec calibrate)",
+        ]
+        if "acceptance" in scenario:
+            assumptions.insert(1, "acceptance: the histogram these requests realised")
+        case = {
+            "id": case_id,
+            "title": f"{box}, {algorithm}, concurrency {c}: mean per-request decode tok/s"
+                     f" ({'held out of' if held else 'fitted by'} simspec calibrate)",
+            "source": {
+                "citation": f"simspec calibrate, {run}; raw measurements {measurements_path.name}, profile"
+                            f" {profile_path.name}",
+                "url": None, "quote": quote, "accessed": today},
+            "fitted": not held,
+            "measured": {"metric": "tokens_per_s", "value": round(value, 4)},
+            "assumptions": assumptions,
+            "scenario": scenario,
+        }
+        path = cases / f"{case_id}.yaml"
+        _write_yaml(path, case, "# Written by simspec calibrate --cases: a measured case for `simspec validate`.\n",
+                    key="--cases")
+        written.append(path)
+    return written
 
 
 @click.command()
@@ -260,20 +378,28 @@ def _compare(scenario_path: Path, meas: Any) -> list[dict]:
 @click.option("--resume", is_flag=True, help="Continue a stopped live run from its saved measurements.")
 @click.option("--bootstrap", type=click.IntRange(min=0), default=200, show_default=True,
               help="Bootstrap resamples for the 95% intervals.")
+@click.option("--hold-out", "hold_out", default=None, metavar="C[,C...]",
+              help="Concurrencies of the live run to measure but leave out of the fit: the comparison then tests"
+                   " the profile on runs it was not fitted to.")
+@click.option("--cases", type=click.Path(file_okay=False), default=None,
+              help="Write one validation case per measured concurrency into this directory (fitted: false for"
+                   " the held-out ones), for `simspec validate DIR`.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def calibrate(host: str | None, port: int | None, concurrency_text: str, prompts: str | None, max_new_tokens: int,
               num_requests: int | None, timeout: float, logs: tuple[str, ...], benches: tuple[str, ...],
               traces: tuple[str, ...], metrics: tuple[str, ...], collectives: str | None,
               profile_steps: int | None, trace_dir: str | None, ssh: str | None, gpu: str, interconnect: str,
               num_gpus: int | None, model: str | None, drafter: str | None, tp: int | None, name: str | None,
-              out: str | None, force: bool, resume: bool, bootstrap: int, as_json: bool) -> None:
+              out: str | None, force: bool, resume: bool, bootstrap: int, hold_out: str | None, cases: str | None,
+              as_json: bool) -> None:
     """Measure an SGLang server and write the profile the time model uses, so predictions speak for that box.
 
     Sources combine: a live server (--host), its logs, benchmark files, profiler traces, /metrics scrapes and a
     collective microbenchmark table. Writes the profile, a scenario reproducing the measured server and
     workload (PROFILE.scenario.yaml), the raw measurements (PROFILE.measurements.json) and the streamed output
     token ids (PROFILE.outputs.jsonl, for `simspec ngram`), then prints measured vs predicted tok/s and
-    iteration time per concurrency.
+    iteration time per concurrency. With --hold-out some concurrencies are measured but not fitted, and --cases
+    writes every concurrency as a validation case.
     """
     args = dict(locals())
     from simspec.cli import fail
@@ -289,7 +415,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
          traces: tuple[str, ...], metrics: tuple[str, ...], collectives: str | None, profile_steps: int | None,
          trace_dir: str | None, ssh: str | None, gpu: str, interconnect: str, num_gpus: int | None,
          model: str | None, drafter: str | None, tp: int | None, name: str | None, out: str | None, force: bool,
-         resume: bool, bootstrap: int, as_json: bool) -> None:
+         resume: bool, bootstrap: int, hold_out: str | None, cases: str | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -313,6 +439,21 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         if value not in table:
             raise InputError(f"unknown preset {value!r}; known: {', '.join(sorted(table))}", key=flag)
     concurrencies = _int_list(concurrency_text, "--concurrency")
+    held_out: frozenset[int] = frozenset()
+    if hold_out is not None:
+        if not host:
+            raise InputError("--hold-out leaves concurrencies of a live run out of the fit: give --host too",
+                             key="--hold-out")
+        if logs or benches or traces or metrics:
+            raise InputError("a file's measurements cannot be told apart by the run's concurrency: hold out with"
+                             " the live run alone (--collectives may stay)", key="--hold-out")
+        held_out = frozenset(_int_list(hold_out, "--hold-out"))
+        if not held_out <= set(concurrencies):
+            raise InputError(f"{', '.join(map(str, sorted(held_out - set(concurrencies))))} is not among --concurrency"
+                             f" {','.join(map(str, concurrencies))}: a held-out concurrency is measured too",
+                             key="--hold-out")
+        if held_out == set(concurrencies):
+            raise InputError("every concurrency is held out: the fit needs at least one", key="--hold-out")
     if name is not None:
         _check_name(name)
     _check_presets(model, drafter)
@@ -376,6 +517,21 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     profile_path, scenario_path, measurements_path = _outputs(out, name)
     outputs = profile_path.with_name(profile_path.stem + ".outputs.jsonl")
     _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume)
+    case_paths: list[Path] = []
+    if cases is not None:
+        measured_at = concurrencies if host else sorted({t.concurrency for t in meas.throughput})
+        if not measured_at:
+            raise InputError("one case per measured concurrency: these sources measured no throughput (give --host"
+                             " or a --from-bench file)", key="--cases")
+        case_paths = _case_paths(Path(cases), profile_path.stem, measured_at)
+        for p in case_paths:
+            if p.exists() and not (force or resume):
+                raise InputError("exists; pass --force to overwrite it (or --cases DIR to write elsewhere)",
+                                 file=str(p), key="--cases")
+        try:
+            Path(cases).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create the directory: {exc.strerror or exc}", file=cases, key="--cases") from None
     _prepare_directory(profile_path)
 
     if host:
@@ -391,7 +547,9 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
                             num_requests=num_requests, measurements=previous, save_path=str(measurements_path),
                             progress=not as_json, timeout=timeout, server=live_server)
         if profile_steps:
-            found = _profile_traces(host, profile_steps, trace_dir, ssh, timeout, max(concurrencies), prompt_list,
+            # at the largest concurrency the fit sees: a held-out run's kernels stay out of it too
+            fitted_at = max(c for c in concurrencies if c not in held_out)
+            found = _profile_traces(host, profile_steps, trace_dir, ssh, timeout, fitted_at, prompt_list,
                                     max_new_tokens)
             from simspec.calibration.sources import read_traces
             live = live.merge(read_traces(found))
@@ -410,7 +568,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         # a live run's measurements are work: saved before the fit can refuse them (--resume refits them)
         outputs_path = save()
         try:
-            result = fit(meas, box, name=name, collective_curve=curve, bootstrap=bootstrap, host=host)
+            result = fit(_for_fit(meas, held_out), box, name=name, collective_curve=curve, bootstrap=bootstrap,
+                         host=host)
         except InputError as err:
             raise InputError(f"{err.message} ({_resume_hint(err, measurements_path, profile_path, out, named)})",
                              file=err.file, key=err.key) from None
@@ -427,7 +586,9 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     _write_yaml(scenario_path, scenario,
                 "# Written by simspec calibrate: reproduces the measured server and workload. Change the workload\n"
                 "# (or --set it) to ask what-if questions of this box.\n")
-    comparison = _compare(scenario_path, meas)
+    comparison = _compare(scenario_path, meas, held_out)
+    written_cases = (_write_cases(Path(cases), profile_path.stem, comparison, scenario_path, profile_path,
+                                  measurements_path, meas, host, result.notes) if cases is not None else [])
 
     # read from a profiler trace, not fitted to the step times
     from_trace = {n: c.value for n, c in result.profile.coefficients.items() if n in GRAPH_LAUNCH_COEFFICIENTS}
@@ -440,7 +601,8 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
         "parameters": {k: {"value": v, "interval_95": iv} for k, (v, iv) in result.parameters.items()},
         "from_trace": from_trace,
         "step_times": [{"batch_size": b, "measured_ms": m, "fitted_ms": p} for b, m, p in result.residuals_pct],
-        "comparison": comparison, "notes": result.notes,
+        "comparison": comparison, "held_out": sorted(held_out), "cases": [str(p) for p in written_cases],
+        "notes": result.notes,
     }
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -458,16 +620,17 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     out_console.print(t)
     c = Table(title="measured vs predicted (the written scenario)", title_justify="left")
     for col in ("concurrency", "tok/s measured", "tok/s predicted", "error", "iteration ms measured",
-                "iteration ms predicted"):
+                "iteration ms predicted", "fit"):
         c.add_column(col, justify="right")
     for row in comparison:
         err = row["error_pct"]
         c.add_row(str(row["concurrency"]), f"{row['measured_tokens_per_s']:.2f}",
                   f"{row['predicted_tokens_per_s']:.2f}", "n/a" if err is None else f"{err:+.1f}%",
                   "n/a" if row["measured_iteration_ms"] is None else f"{row['measured_iteration_ms']:.3f}",
-                  f"{row['predicted_iteration_ms']:.3f}")
+                  f"{row['predicted_iteration_ms']:.3f}", "held out" if row["held_out"] else "fitted")
     out_console.print(c)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    written = [profile_path, scenario_path, measurements_path] + ([outputs_path] if outputs_path else [])
+    written = [profile_path, scenario_path, measurements_path, *([outputs_path] if outputs_path else []),
+               *written_cases]
     console.print("wrote " + ", ".join(escape(str(p)) for p in written), highlight=False)
