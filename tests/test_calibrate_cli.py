@@ -103,6 +103,7 @@ def test_a_held_out_concurrency_is_predicted_not_fitted_and_becomes_a_validation
         code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,4", "--hold-out", "4", "--cases",
                                 str(cases), "--max-new-tokens", "96", "--bootstrap", "0", "--out", str(out),
                                 "--json", *BOX])
+        step_at_1_ms = fake.realised_step_time(1) * 1e3
     assert code == 0, res
     assert res["held_out"] == [4]
     # the fit saw the runs at 1 and 2 only: none of the held-out run's batches (4, and 3 as it drained)
@@ -121,6 +122,13 @@ def test_a_held_out_concurrency_is_predicted_not_fitted_and_becomes_a_validation
     assert case4["scenario"]["workload"]["arrival"]["concurrency"] == 4
     assert "histogram" in case4["scenario"]["acceptance"]
     assert (cases / case4["scenario"]["calibration"]).resolve() == out.resolve()
+    # the run's latencies as predict names them; alone at one client, each streamed chunk is one iteration
+    case1 = yaml.safe_load((cases / "h-c1.yaml").read_text())
+    latencies = {a["metric"]: a["value"] for a in case1["also_measured"]}
+    assert set(latencies) == {f"{m}.{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms") for k in ("mean", "p50")}
+    assert latencies["itl_ms.p50"] == pytest.approx(step_at_1_ms, rel=0.10)
+    assert latencies["tpot_ms.mean"] < latencies["itl_ms.mean"] / 2  # a chunk carries a verify's ~2.5 tokens
+    assert latencies["ttft_ms.mean"] > 0
 
     res = CliRunner().invoke(main, ["validate", str(cases), "--json"])
     assert res.exit_code == 0, res.output
@@ -132,6 +140,7 @@ def test_a_held_out_concurrency_is_predicted_not_fitted_and_becomes_a_validation
         assert case["fitted"] is (c != 4)
         assert case["measured"] == pytest.approx(row["measured_tokens_per_s"], rel=1e-4)
         assert case["predicted"] == pytest.approx(row["predicted_tokens_per_s"], rel=1e-9)
+        assert len(case["also_measured"]) == 6
     assert report["summary"]["mape_not_fitted_pct"] == pytest.approx(rows[4]["error_pct"], rel=1e-3)
 
 

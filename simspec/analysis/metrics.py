@@ -24,7 +24,7 @@ class Metric(StrEnum):
 PERCENTILES = (50, 90, 99)
 
 
-def _percentiles(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+def percentiles(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
     """Percentiles (inverted-CDF: the smallest value with at least p% of the weight at or below it)."""
     values = np.asarray(values, dtype=float)
     if len(values) == 0:
@@ -61,9 +61,9 @@ def summarize(res: SimulationResult) -> dict:
         "breakdown_ms": breakdown,
         Metric.ROOFLINE.value: float(roof_rate.mean()) if len(roof_rate) else 0.0,
         "mean_batch_size": float(dec.batch_size.mean()) if len(dec) else 0.0,
-        Metric.TTFT_MS.value: _percentiles((req.first_token_ms - req.arrival_ms).to_numpy()),
-        Metric.ITL_MS.value: _percentiles(res.itl_gaps_ms, res.itl_weights),
-        Metric.TPOT_MS.value: _percentiles((decode_time[ok] / decode_tokens[ok]).to_numpy()),
+        Metric.TTFT_MS.value: percentiles((req.first_token_ms - req.arrival_ms).to_numpy()),
+        Metric.ITL_MS.value: percentiles(res.itl_gaps_ms, res.itl_weights),
+        Metric.TPOT_MS.value: percentiles((decode_time[ok] / decode_tokens[ok]).to_numpy()),
         "requests": int(len(req)),
         "output_tokens": int(req.output_tokens.sum()),
         "decode_iterations": int(len(dec)),

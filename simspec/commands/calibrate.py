@@ -259,6 +259,27 @@ def _for_fit(meas: Any, held_out: frozenset[int]) -> Any:
     })
 
 
+def _latencies_at(meas: Any, c: int) -> list[dict[str, Any]]:
+    """The run's latencies at concurrency c as a case's also_measured figures, each as `simspec predict` defines
+    it (analysis/metrics.py, the same percentiles): time to first token from submission, time per output token
+    after the first (per request), and the gaps between streamed chunks (one chunk an iteration)."""
+    import numpy as np
+
+    from simspec.analysis.metrics import percentiles
+
+    at_c = [r for r in meas.requests if r.concurrency == c and r.chunk_times and r.e2e_latency is not None]
+    ttft = [(r.chunk_times[0] - (r.chunk_times[-1] - r.e2e_latency)) * 1e3 for r in at_c]
+    tpot = [(r.chunk_times[-1] - r.chunk_times[0]) * 1e3 / (r.completion_tokens - 1) for r in at_c
+            if r.completion_tokens > 1 and len(r.chunk_times) >= 2]
+    itl = [g * 1e3 for r in at_c for g in np.diff(r.chunk_times)]
+    out = []
+    for metric, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl)):
+        if values:
+            p = percentiles(np.array(values))
+            out += [{"metric": f"{metric}.{k}", "value": round(p[k], 4)} for k in ("mean", "p50") if p[k] > 0]
+    return out
+
+
 def _case_paths(cases: Path, stem: str, concurrencies: list[int]) -> list[Path]:
     """The case files --cases writes: the profile's file name and the concurrency (ids unique per profile)."""
     return [cases / f"{stem}-c{c}.yaml" for c in concurrencies]
@@ -328,6 +349,7 @@ def _write_cases(cases: Path, stem: str, comparison: list[dict], scenario_path: 
                 "url": None, "quote": quote, "accessed": today},
             "fitted": not held,
             "measured": {"metric": "tokens_per_s", "value": round(value, 4)},
+            "also_measured": _latencies_at(meas, c),
             "assumptions": assumptions,
             "scenario": scenario,
         }
