@@ -4,6 +4,7 @@ profile + scenario -> prediction. Also the offline sources and what the user see
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -91,69 +92,105 @@ def test_offline_log_calibrates_and_refuses_to_overwrite(tmp_path):
 
 def test_a_held_out_concurrency_is_predicted_not_fitted_and_becomes_a_validation_case(tmp_path):
     """--hold-out measures a concurrency without fitting to it; --cases writes every concurrency as a case that
-    `simspec validate` predicts as the comparison did. The fake's step jumps past batch 2 (8 ms + 2 ms a request up
-    to 2, then 22 ms more): a profile fitted to batches 1-2 cannot know it, so the held-out run at 4 comes out
-    far too fast, which it could not if the fit had seen that run's iterations."""
+    `simspec validate` predicts as the comparison did. The fake's step is 8 ms + 2 ms a request up to batch 3,
+    then 22 ms more: the fit sees batches 1-3 only (the runs at 1, 2 and 3 clients), enough for its per-request
+    slope, and cannot know the jump, so the held-out run at 6 comes out far too fast."""
     def step(b: int) -> float:
-        return 0.008 + 0.002 * b + (0.022 if b > 2 else 0.0)
+        return 0.008 + 0.002 * b + (0.022 if b > 3 else 0.0)
 
     out, cases = tmp_path / "h.yaml", tmp_path / "cases"
     with FakeSGLang("0.5.10", algorithm="eagle3", chain_rates=[0.8, 0.6, 0.4], step_time=step, prefill_s=0.007,
                     seed=3) as fake:
-        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,4", "--hold-out", "4", "--cases",
+        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2,3,6", "--hold-out", "6", "--cases",
                                 str(cases), "--max-new-tokens", "96", "--bootstrap", "0", "--out", str(out),
                                 "--json", *BOX])
         step_at_1_ms = fake.realised_step_time(1) * 1e3
     assert code == 0, res
-    assert res["held_out"] == [4]
-    # the fit saw the runs at 1 and 2 only: none of the held-out run's batches (4, and 3 as it drained)
-    assert {s["batch_size"] for s in res["step_times"]} <= {1, 2}
+    assert res["held_out"] == [6]
+    # the fit saw the runs at 1-3 only: none of the held-out run's batches (6, and 5 and 4 as it drained)
+    assert {s["batch_size"] for s in res["step_times"]} <= {1, 2, 3}
     rows = {r["concurrency"]: r for r in res["comparison"]}
-    assert [rows[c]["held_out"] for c in (1, 2, 4)] == [False, False, True]
-    for c in (1, 2):
+    assert [rows[c]["held_out"] for c in (1, 2, 3, 6)] == [False, False, False, True]
+    for c in (1, 2, 3):
         assert abs(rows[c]["error_pct"]) <= 10.0, rows[c]
-    assert rows[4]["error_pct"] > 50.0, rows[4]  # ~38 ms a step measured, ~16 ms extrapolated
+    assert rows[6]["error_pct"] > 50.0, rows[6]  # ~42 ms a step measured, ~20 ms on the fitted line
 
-    ids = [f"h-c{c}" for c in (1, 2, 4)]  # the profile's file name and the concurrency
+    ids = [f"h-c{c}" for c in (1, 2, 3, 6)]  # the profile's file name and the concurrency
     assert res["cases"] == [str(cases / f"{i}.yaml") for i in ids]
-    assert sorted(p.stem for p in cases.glob("*.yaml")) == ids
-    case4 = yaml.safe_load((cases / "h-c4.yaml").read_text())
-    assert case4["fitted"] is False and case4["measured"]["metric"] == "tokens_per_s"
-    assert case4["scenario"]["workload"]["arrival"]["concurrency"] == 4
-    assert "histogram" in case4["scenario"]["acceptance"]
-    assert (cases / case4["scenario"]["calibration"]).resolve() == out.resolve()
-    # the run's latencies as predict names them; alone at one client, each streamed chunk is one iteration
+    assert sorted(p.stem for p in cases.glob("*.yaml")) == sorted(ids)
+    case6 = yaml.safe_load((cases / "h-c6.yaml").read_text())
+    assert case6["fitted"] is False and case6["measured"]["metric"] == "tokens_per_s"
+    assert case6["scenario"]["workload"]["arrival"]["concurrency"] == 6
+    assert "histogram" in case6["scenario"]["acceptance"]
+    assert (cases / case6["scenario"]["calibration"]).resolve() == out.resolve()
+    # the run's latencies as predict names them; alone at one client each streamed chunk is one iteration, and
+    # a request's first chunk comes after its own prefill (7 ms), within a step or two of it
     case1 = yaml.safe_load((cases / "h-c1.yaml").read_text())
     latencies = {a["metric"]: a["value"] for a in case1["also_measured"]}
     assert set(latencies) == {f"{m}.{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms") for k in ("mean", "p50")}
     assert latencies["itl_ms.p50"] == pytest.approx(step_at_1_ms, rel=0.10)
     assert latencies["tpot_ms.mean"] < latencies["itl_ms.mean"] / 2  # a chunk carries a verify's ~2.5 tokens
-    assert latencies["ttft_ms.mean"] > 0
+    assert 7.0 <= latencies["ttft_ms.p50"] <= 7.0 + 2 * step_at_1_ms
 
     res = CliRunner().invoke(main, ["validate", str(cases), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
-    assert report["summary"]["not_fitted"] == 1 and report["summary"]["fitted"] == 2
+    assert report["summary"]["not_fitted"] == 1 and report["summary"]["fitted"] == 3
     by_id = {c["id"]: c for c in report["cases"]}
-    for c, case_id in zip((1, 2, 4), ids, strict=True):
+    for c, case_id in zip((1, 2, 3, 6), ids, strict=True):
         case, row = by_id[case_id], rows[c]
-        assert case["fitted"] is (c != 4)
+        assert case["fitted"] is (c != 6)
         assert case["measured"] == pytest.approx(row["measured_tokens_per_s"], rel=1e-4)
         assert case["predicted"] == pytest.approx(row["predicted_tokens_per_s"], rel=1e-9)
-        assert len(case["also_measured"]) == 6
-    assert report["summary"]["mape_not_fitted_pct"] == pytest.approx(rows[4]["error_pct"], rel=1e-3)
+    assert report["summary"]["mape_not_fitted_pct"] == pytest.approx(rows[6]["error_pct"], rel=1e-3)
+    # the profile predicts its own box's decode latencies at one client (the fake's step, fitted)
+    also = {a["metric"]: a for a in by_id["h-c1"]["also_measured"]}
+    for metric in ("itl_ms.mean", "tpot_ms.mean"):
+        assert abs(also[metric]["error_pct"]) <= 15.0, also[metric]
+
+
+def test_a_trace_of_a_held_out_run_stays_out_of_the_fit(tmp_path):
+    """--profile-steps traces the largest fitted concurrency and records it; a trace of a run that a later
+    --resume holds out (here the only trace, taken at 2) is left out, so no draft step time comes from it."""
+    traces, out = tmp_path / "traces", tmp_path / "p.yaml"
+    base = ["--concurrency", "1,2", "--max-new-tokens", "48", "--profile-steps", "4", "--trace-dir", str(traces),
+            "--bootstrap", "0", "--out", str(out), "--json", *BOX]
+    with FakeSGLang("0.5.10", algorithm="eagle3", chain_rates=[0.8, 0.6, 0.4], prefill_s=0.007, seed=2) as fake:
+        code, res = _calibrate(["--host", fake.url, *base])
+        assert code == 0, res
+        assert "draft_forward_ms" in yaml.safe_load(out.read_text())
+        saved = json.loads((tmp_path / "p.measurements.json").read_text())
+        assert saved["kernel_splits"] and {k["concurrency"] for k in saved["kernel_splits"]} == {2}
+        assert {g["concurrency"] for g in saved["graph_launches"]} <= {2}
+        code, res = _calibrate(["--host", fake.url, "--concurrency", "1,2", "--max-new-tokens", "48", "--bootstrap",
+                                "0", "--out", str(out), "--json", *BOX, "--resume", "--hold-out", "2"])
+        assert code == 0, res
+        assert "draft_forward_ms" not in yaml.safe_load(out.read_text())
 
 
 def test_the_fit_sees_nothing_of_a_held_out_concurrency():
     """_for_fit drops the held-out runs' requests, iteration times and throughput and the whole-run /metrics
     counters; an iteration time that names no run (a log's, or one saved by an older simspec) is refused."""
-    from simspec.calibration.measurements import Measurements, RequestRecord, StepTime, ThroughputPoint
+    from simspec.calibration.measurements import (
+        GraphLaunch,
+        KernelSplit,
+        Measurements,
+        RequestRecord,
+        StepTime,
+        ThroughputPoint,
+    )
     from simspec.commands.calibrate import _for_fit
     from simspec.errors import InputError
 
     def req(c: int) -> RequestRecord:
         return RequestRecord(concurrency=c, prompt_tokens=10, completion_tokens=5, chunk_times=[0.0, 0.1, 0.2, 0.3],
                              chunk_tokens=[1, 2, 1, 1])
+
+    def traced(c: int | None) -> dict:
+        return {"kernel_splits": [KernelSplit(phase="draft", category_ms={"other": 1.0}, iterations=4, source="trace",
+                                              concurrency=c)],
+                "graph_launches": [GraphLaunch(phase="decode", nodes=100, host_us=20.0, launches=4, source="trace",
+                                               concurrency=c)]}
 
     meas = Measurements(
         server={"algorithm": "eagle3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4},
@@ -162,8 +199,10 @@ def test_the_fit_sees_nothing_of_a_held_out_concurrency():
                     StepTime(batch_size=3, seconds=0.03, source="live", concurrency=4),
                     StepTime(batch_size=4, seconds=0.04, source="live", concurrency=4)],
         throughput=[ThroughputPoint(concurrency=c, tokens_per_s=100.0, source="live") for c in (1, 4)],
-        prometheus={"sglang:spec_accept_length": 2.5})
+        prometheus={"sglang:spec_accept_length": 2.5}, **traced(4))
     kept = _for_fit(meas, frozenset({4}))
+    assert kept.kernel_splits == [] and kept.graph_launches == []
+    assert len(_for_fit(meas.model_copy(update=traced(1)), frozenset({4})).kernel_splits) == 1
     assert [r.concurrency for r in kept.requests] == [1]
     assert [(o.batch_size, o.concurrency) for o in kept.step_times] == [(1, 1)]
     assert [t.concurrency for t in kept.throughput] == [1]
@@ -177,6 +216,9 @@ def test_the_fit_sees_nothing_of_a_held_out_concurrency():
     with pytest.raises(InputError) as err:
         _for_fit(old, frozenset({4}))
     assert err.value.key == "--hold-out" and "live do not" in str(err.value)
+    with pytest.raises(InputError) as err:  # a trace file's records name no run either
+        _for_fit(meas.model_copy(update=traced(None)), frozenset({4}))
+    assert err.value.key == "--hold-out" and "trace do not" in str(err.value)
 
 
 def test_a_concurrency_without_a_measured_rate_gets_no_case_and_a_note(tmp_path):
@@ -194,6 +236,26 @@ def test_a_concurrency_without_a_measured_rate_gets_no_case_and_a_note(tmp_path)
                            tmp_path / "p.measurements.json", Measurements(), "node:30000", notes)
     assert written == [] and notes == ["no case for concurrency 2: no request there decoded past its first chunk,"
                                        " so no per-request decode rate was measured"]
+
+
+def test_cases_from_a_benchmark_file_number_the_points_of_one_concurrency(tmp_path):
+    """A benchmark file with two points at one concurrency gives two cases, neither replacing the other; the
+    profile's own directory is refused (validate would read its scenario as a case)."""
+    args = ["--from-bench", str(DATA / "bench_one_batch_server-0.5.10.jsonl"), "--tp", "1", "--bootstrap", "0",
+            "--out", str(tmp_path / "b.yaml"), "--json", *BOX]
+    code, msg = _calibrate([*args, "--cases", str(tmp_path)])
+    assert code == 2 and "--cases" in msg and "a directory of their own" in msg, msg
+    code, res = _calibrate([*args, "--cases", str(tmp_path / "cases")])
+    assert code == 0, res
+    assert [r["concurrency"] for r in res["comparison"]] == [1, 1, 8, 32]
+    assert [Path(p).stem for p in res["cases"]] == ["b-c1-1", "b-c1-2", "b-c8", "b-c32"]
+    values = {yaml.safe_load(Path(p).read_text())["measured"]["value"] for p in res["cases"][:2]}
+    assert len(values) == 2
+    # the same profile name written elsewhere: its cases would replace these, so not without --force
+    again = [a if a != str(tmp_path / "b.yaml") else str(tmp_path / "other" / "b.yaml") for a in args]
+    code, msg = _calibrate([*again, "--cases", str(tmp_path / "cases")])
+    assert code == 2 and "b-c1-1.yaml" in msg and "--force" in msg, msg
+    assert not (tmp_path / "other" / "b.yaml").exists()
 
 
 def test_cases_need_a_measured_throughput(tmp_path):

@@ -89,6 +89,7 @@ class KernelSplit(_Record):
     category_ms: dict[str, float]  # communication | attention | moe_gemm | other -> ms per iteration
     iterations: int
     source: str
+    concurrency: int | None = None  # the live workload traced (--profile-steps); None for trace files
 
 
 class GraphLaunch(_Record):
@@ -101,6 +102,7 @@ class GraphLaunch(_Record):
     host_us: float  # median cudaGraphLaunch duration over these launches
     launches: int
     source: str
+    concurrency: int | None = None  # the live workload traced (--profile-steps); None for trace files
 
 
 class CollectiveSample(_Record):

@@ -229,17 +229,18 @@ def _compare(scenario_path: Path, meas: Any, held_out: frozenset[int] = frozense
 
 
 def _for_fit(meas: Any, held_out: frozenset[int]) -> Any:
-    """What the fit may see when concurrencies are held out (--hold-out): their requests, throughput and
-    iteration times left out (a live run's iteration times name the concurrency they came from, its drain
-    included), the per-step accept lengths read again from the kept requests, and the /metrics counters, which
-    count the whole run, dropped. The comparison still predicts every concurrency."""
+    """What the fit may see when concurrencies are held out (--hold-out): their requests, throughput, iteration
+    times and traces left out (a live run's iteration times and --profile-steps traces name the concurrency they
+    came from, a run's drain included), the per-step accept lengths read again from the kept requests, and the
+    /metrics counters, which count the whole run, dropped. The comparison still predicts every concurrency."""
     if not held_out:
         return meas
     from simspec.calibration.live import accept_lengths_from_records, max_step_tokens
 
-    unattributed = sorted({o.source for o in meas.step_times if o.concurrency is None})
+    unattributed = sorted({o.source for o in [*meas.step_times, *meas.kernel_splits, *meas.graph_launches]
+                           if o.concurrency is None})
     if unattributed:
-        raise InputError("held-out concurrencies need every iteration time to name the run it came from;"
+        raise InputError("held-out concurrencies need every iteration time and trace to name the run it came from;"
                          f" {', '.join(unattributed)} do not (measurements saved by an older simspec: measure"
                          " again without --resume)", key="--hold-out")
     measured = {t.concurrency for t in meas.throughput}
@@ -253,6 +254,9 @@ def _for_fit(meas: Any, held_out: frozenset[int]) -> Any:
     return meas.model_copy(update={
         "requests": kept,
         "step_times": [o for o in meas.step_times if o.concurrency not in held_out],
+        # a trace of a held-out run (saved by an earlier --profile-steps, back through --resume) stays out too
+        "kernel_splits": [k for k in meas.kernel_splits if k.concurrency not in held_out],
+        "graph_launches": [g for g in meas.graph_launches if g.concurrency not in held_out],
         "throughput": [t for t in meas.throughput if t.concurrency not in held_out],
         "accept_lengths": accept,
         "prometheus": {},
@@ -280,9 +284,17 @@ def _latencies_at(meas: Any, c: int) -> list[dict[str, Any]]:
     return out
 
 
-def _case_paths(cases: Path, stem: str, concurrencies: list[int]) -> list[Path]:
-    """The case files --cases writes: the profile's file name and the concurrency (ids unique per profile)."""
-    return [cases / f"{stem}-c{c}.yaml" for c in concurrencies]
+def _case_ids(stem: str, concurrencies: list[int]) -> list[str]:
+    """The ids --cases gives, one per measured point in this order: the profile's file name and the concurrency,
+    numbered where two sources measured the same concurrency (a live run and a benchmark file, or a file with two
+    points at one), so that no case replaces another."""
+    seen: dict[int, int] = {}
+    total = {c: concurrencies.count(c) for c in concurrencies}
+    ids = []
+    for c in concurrencies:
+        seen[c] = seen.get(c, 0) + 1
+        ids.append(f"{stem}-c{c}" if total[c] == 1 else f"{stem}-c{c}-{seen[c]}")
+    return ids
 
 
 def _write_cases(cases: Path, stem: str, comparison: list[dict], scenario_path: Path, profile_path: Path,
@@ -307,13 +319,13 @@ def _write_cases(cases: Path, stem: str, comparison: list[dict], scenario_path: 
     profile = os.path.relpath(profile_path.resolve(), cases.resolve())
     today = _dt.date.today().isoformat()
     written = []
-    for row in comparison:
+    ids = _case_ids(stem, [row["concurrency"] for row in comparison])
+    for row, case_id in zip(comparison, ids, strict=True):
         c, value = row["concurrency"], row["measured_tokens_per_s"]
         if not value or value <= 0:
             notes.append(f"no case for concurrency {c}: no request there decoded past its first chunk, so no"
                          " per-request decode rate was measured")
             continue
-        case_id = f"{stem}-c{c}"
         scenario = apply_overrides(base, _overrides_at(meas, c), str(scenario_path))
         scenario["name"] = case_id
         scenario["calibration"] = profile
@@ -324,18 +336,16 @@ def _write_cases(cases: Path, stem: str, comparison: list[dict], scenario_path: 
         if row["measured_iteration_ms"] is not None:
             quote += f", {row['measured_iteration_ms']:.3f} ms an iteration at batch {c}"
         held = row["held_out"]
-        if row["source"] == "live":
-            run = f"live run against {host}: {n} requests at concurrency {c}"
-            workload = ("workload: the run's mean prompt and output lengths at this concurrency, fixed (the run"
-                        " streamed its prompts; their spread is not replayed)")
-        else:
-            run = f"from {row['source']}: concurrency {c}"
-            workload = "workload: the written scenario's lengths (the source gives none per request)"
+        run = (f"live run against {host}: {n} requests at concurrency {c}" if row["source"] == "live" else
+               f"from {row['source']}: concurrency {c}")
+        workload = ("workload: the requests' mean prompt and output lengths at this concurrency, fixed (their spread"
+                    " is not replayed)" if n else
+                    "workload: the written scenario's lengths (the source gives none per request)")
         assumptions = [
             workload,
-            "fitted: false: the profile was fitted without this concurrency's requests, iterations and throughput"
-            " (simspec calibrate --hold-out)" if held else
-            "fitted: true: the profile was fitted to this run's iterations (simspec calibrate)",
+            "fitted: false: the profile was fitted without this concurrency's requests, iterations, throughput and"
+            " traces (simspec calibrate --hold-out)" if held else
+            "fitted: true: the profile was fitted to the measurements this case comes from (simspec calibrate)",
         ]
         if "acceptance" in scenario:
             assumptions.insert(1, "acceptance: the histogram these requests realised")
@@ -541,11 +551,16 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume)
     case_paths: list[Path] = []
     if cases is not None:
-        measured_at = concurrencies if host else sorted({t.concurrency for t in meas.throughput})
+        # one point per live concurrency and per file point, in the comparison's order (live first at a tie)
+        measured_at = sorted((concurrencies if host else []) + [t.concurrency for t in meas.throughput])
         if not measured_at:
             raise InputError("one case per measured concurrency: these sources measured no throughput (give --host"
                              " or a --from-bench file)", key="--cases")
-        case_paths = _case_paths(Path(cases), profile_path.stem, measured_at)
+        if Path(cases).resolve() == profile_path.resolve().parent:
+            raise InputError(f"is where the profile and its scenario go ({profile_path.parent}); simspec validate"
+                             " would read the scenario as a case: give the cases a directory of their own",
+                             file=cases, key="--cases")
+        case_paths = [Path(cases) / f"{i}.yaml" for i in _case_ids(profile_path.stem, measured_at)]
         for p in case_paths:
             if p.exists() and not (force or resume):
                 raise InputError("exists; pass --force to overwrite it (or --cases DIR to write elsewhere)",
@@ -574,7 +589,11 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
             found = _profile_traces(host, profile_steps, trace_dir, ssh, timeout, fitted_at, prompt_list,
                                     max_new_tokens)
             from simspec.calibration.sources import read_traces
-            live = live.merge(read_traces(found))
+            traced = read_traces(found)
+            traced = traced.model_copy(update={
+                "kernel_splits": [k.model_copy(update={"concurrency": fitted_at}) for k in traced.kernel_splits],
+                "graph_launches": [g.model_copy(update={"concurrency": fitted_at}) for g in traced.graph_launches]})
+            live = live.merge(traced)
         # live measurements first: the server's own description wins over what files said
         meas = live.merge(meas)
 
