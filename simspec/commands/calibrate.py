@@ -184,9 +184,9 @@ def _overrides_at(meas: Any, c: int) -> list[str]:
     prompt and output its requests had, and the acceptance they realised."""
     from simspec.calibration.fitting import histogram_from_requests, max_drafts_of
 
-    n = sum(1 for r in meas.requests if r.concurrency == c) or 4 * c
-    overrides = [f"workload.arrival.concurrency={c}", f"workload.num_requests={max(n, c)}"]
     at_c = [r for r in meas.requests if r.concurrency == c]
+    n = len(at_c) or 4 * c
+    overrides = [f"workload.arrival.concurrency={c}", f"workload.num_requests={max(n, c)}"]
     if at_c:
         prompt = max(1, round(sum(r.prompt_tokens for r in at_c) / len(at_c)))
         output = max(2, round(sum(r.completion_tokens for r in at_c) / len(at_c)))
@@ -288,11 +288,13 @@ def _case_ids(stem: str, concurrencies: list[int]) -> list[str]:
     """The ids --cases gives, one per measured point in this order: the profile's file name and the concurrency,
     numbered where two sources measured the same concurrency (a live run and a benchmark file, or a file with two
     points at one), so that no case replaces another."""
-    seen: dict[int, int] = {}
-    total = {c: concurrencies.count(c) for c in concurrencies}
+    from collections import Counter
+
+    seen: Counter[int] = Counter()
+    total = Counter(concurrencies)
     ids = []
     for c in concurrencies:
-        seen[c] = seen.get(c, 0) + 1
+        seen[c] += 1
         ids.append(f"{stem}-c{c}" if total[c] == 1 else f"{stem}-c{c}-{seen[c]}")
     return ids
 
@@ -549,7 +551,6 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
     profile_path, scenario_path, measurements_path = _outputs(out, name)
     outputs = profile_path.with_name(profile_path.stem + ".outputs.jsonl")
     _check_overwrite([profile_path, scenario_path, measurements_path, outputs], force, resume)
-    case_paths: list[Path] = []
     if cases is not None:
         # one point per live concurrency and per file point, in the comparison's order (live first at a tie)
         measured_at = sorted((concurrencies if host else []) + [t.concurrency for t in meas.throughput])
@@ -560,8 +561,7 @@ def _run(*, host: str | None, port: int | None, concurrency_text: str, prompts: 
             raise InputError(f"is where the profile and its scenario go ({profile_path.parent}); simspec validate"
                              " would read the scenario as a case: give the cases a directory of their own",
                              file=cases, key="--cases")
-        case_paths = [Path(cases) / f"{i}.yaml" for i in _case_ids(profile_path.stem, measured_at)]
-        for p in case_paths:
+        for p in (Path(cases) / f"{i}.yaml" for i in _case_ids(profile_path.stem, measured_at)):
             if p.exists() and not (force or resume):
                 raise InputError("exists; pass --force to overwrite it (or --cases DIR to write elsewhere)",
                                  file=str(p), key="--cases")
